@@ -1,0 +1,23 @@
+"""Errors a backend raises, each naming the layer of the GPU stack that is broken."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+Layer = Literal["hardware", "driver", "nvml", "container-toolkit", "profile", "tegra"]
+
+
+class BackendError(Exception):
+    """A probe failed. ``str(err)`` is one line a user can act on; ``layer`` says where to look."""
+
+    def __init__(self, layer: Layer, message: str) -> None:
+        super().__init__(f"{layer}: {message}")
+        self.layer: Layer = layer
+        self.message = message
+
+
+class NoGpuFound(BackendError):
+    """Auto-detection found neither an NVML device nor a Jetson."""
+
+    def __init__(self, message: str = "no NVIDIA GPU found on this node") -> None:
+        super().__init__("hardware", message)

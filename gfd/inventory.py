@@ -1,0 +1,88 @@
+"""The inventory: one immutable snapshot of what a node has.
+
+Backends (nvml, tegra, mock) fill it; labelers read it. It holds facts only,
+already decoded from the wire shapes of NVML or the tegra files, so that every
+labeler can be tested with a hand-built inventory and no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+BackendName = Literal["nvml", "tegra", "mock"]
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    """One MIG device (a GPU instance with its compute instance)."""
+
+    profile: str  # NVML profile name without the "MIG " prefix, e.g. "1g.5gb" or "1g.10gb+me"
+    memory_mib: int
+    multiprocessors: int
+    gi_slices: int
+    ci_slices: int
+    copy_engines: int = 0
+    decoders: int = 0
+    encoders: int = 0
+    jpegs: int = 0
+    ofas: int = 0
+
+
+@dataclass(frozen=True)
+class Device:
+    """One full GPU as the driver sees it."""
+
+    index: int
+    name: str  # raw product name as NVML reports it, e.g. "NVIDIA A100-SXM4-40GB"
+    uuid: str | None = None
+    memory_mib: int | None = None  # None where the driver does not report it (Jetson NVML)
+    compute_capability: tuple[int, int] | None = None
+    pci_class: int | None = None  # 24-bit PCI class code, e.g. 0x030200 (3D controller)
+    pci_bus_id: str | None = None
+    mig_capable: bool = False
+    mig_enabled: bool = False  # current MIG mode; only meaningful when mig_capable
+    mig_devices: tuple[MigDevice, ...] = ()
+    clique: str | None = None  # "<clusterUUID>.<cliqueId>" from the GPU fabric, when reported
+    vgpu: VGpuInfo | None = None  # set when the device is a vGPU guest device
+
+
+@dataclass(frozen=True)
+class VGpuInfo:
+    """vGPU facts read from PCI config space (opt-in: reading it needs privilege)."""
+
+    host_driver_version: str | None = None
+    host_driver_branch: str | None = None
+
+
+@dataclass(frozen=True)
+class JetsonFacts:
+    """What the tegra files say about a Jetson board. Every field may be unknown."""
+
+    model: str | None = None  # "NVIDIA Jetson Orin Nano Developer Kit"
+    soc: str | None = None  # "tegra234"
+    l4t_version: str | None = None  # "36.4.0"
+    jetpack_version: str | None = None  # "6.1", from the L4T table; None when unknown
+    power_mode: str | None = None  # "15W"
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """Everything the labelers may know about one node at one moment."""
+
+    backend: BackendName
+    driver_version: str | None = None  # "550.54.15"
+    cuda_driver_version: int | None = None  # as NVML reports it: 12040 means CUDA 12.4
+    devices: tuple[Device, ...] = ()
+    machine: str | None = None  # contents of the machine-type file (DMI product name)
+    jetson: JetsonFacts | None = None
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def simulated(self) -> bool:
+        return self.backend == "mock"
+
+
+def cuda_version_parts(code: int) -> tuple[int, int]:
+    """Split NVML's CUDA version integer: 12040 -> (12, 4)."""
+    return code // 1000, (code % 1000) // 10

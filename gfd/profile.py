@@ -1,0 +1,137 @@
+"""The machine profile: a YAML description of a simulated node.
+
+It drives the mock backend (label GPU-less test clusters) and the fake NVML
+library the tests put under the real bindings. ``load_profile`` turns any
+mistake into one ``ProfileError`` line naming the file and the field path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from gfd.inventory import Device, Inventory, MigDevice, VGpuInfo
+
+
+class ProfileError(ValueError):
+    """A profile could not be read; the message is one line with file and field path."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MigDeviceProfile(_Strict):
+    profile: Annotated[str, Field(min_length=1)]
+    memory_mib: Annotated[int, Field(ge=0)]
+    multiprocessors: Annotated[int, Field(ge=0)]
+    gi_slices: Annotated[int, Field(ge=1)]
+    ci_slices: Annotated[int, Field(ge=1)]
+    copy_engines: Annotated[int, Field(ge=0)] = 0
+    decoders: Annotated[int, Field(ge=0)] = 0
+    encoders: Annotated[int, Field(ge=0)] = 0
+    jpegs: Annotated[int, Field(ge=0)] = 0
+    ofas: Annotated[int, Field(ge=0)] = 0
+
+
+class MigProfile(_Strict):
+    enabled: bool = False
+    devices: list[MigDeviceProfile] = []
+
+
+class VGpuProfile(_Strict):
+    host_driver_version: str | None = None
+    host_driver_branch: str | None = None
+
+
+class DeviceProfile(_Strict):
+    name: Annotated[str, Field(min_length=1)]
+    uuid: str | None = None
+    memory_mib: Annotated[int, Field(ge=0)] | None = None
+    compute_capability: str | None = None  # "8.0"
+    pci_class: str | None = None  # "0x030200"
+    pci_bus_id: str | None = None
+    mig: MigProfile | None = None  # absent: not MIG capable
+    clique: str | None = None
+    vgpu: VGpuProfile | None = None
+
+    @field_validator("compute_capability")
+    @classmethod
+    def _check_cc(cls, value: str | None) -> str | None:
+        if value is not None:
+            major, _, minor = value.partition(".")
+            if not (major.isdigit() and minor.isdigit()):
+                raise ValueError(f"expected MAJOR.MINOR such as '8.0', got {value!r}")
+        return value
+
+    @field_validator("pci_class")
+    @classmethod
+    def _check_class(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                int(value, 16)
+            except ValueError:
+                raise ValueError(f"expected a hex PCI class such as '0x030200', got {value!r}") from None
+        return value
+
+
+class MachineProfile(_Strict):
+    machine: str | None = None
+    driver_version: str | None = None
+    cuda_driver_version: Annotated[int, Field(ge=1000)] | None = None
+    devices: list[DeviceProfile] = []
+
+    def to_inventory(self) -> Inventory:
+        """The inventory the mock backend reports for this profile."""
+        return Inventory(
+            backend="mock",
+            driver_version=self.driver_version,
+            cuda_driver_version=self.cuda_driver_version,
+            machine=self.machine,
+            devices=tuple(_device(i, d) for i, d in enumerate(self.devices)),
+        )
+
+
+def _device(index: int, d: DeviceProfile) -> Device:
+    cc = None
+    if d.compute_capability is not None:
+        major, _, minor = d.compute_capability.partition(".")
+        cc = (int(major), int(minor))
+    mig = d.mig
+    return Device(
+        index=index,
+        name=d.name,
+        uuid=d.uuid,
+        memory_mib=d.memory_mib,
+        compute_capability=cc,
+        pci_class=int(d.pci_class, 16) if d.pci_class is not None else None,
+        pci_bus_id=d.pci_bus_id,
+        mig_capable=mig is not None,
+        mig_enabled=bool(mig and mig.enabled),
+        mig_devices=tuple(MigDevice(**m.model_dump()) for m in mig.devices) if mig and mig.enabled else (),
+        clique=d.clique,
+        vgpu=VGpuInfo(**d.vgpu.model_dump()) if d.vgpu is not None else None,
+    )
+
+
+def load_profile(path: str | Path) -> MachineProfile:
+    """Read and validate a profile file, or raise ProfileError with a one-line reason."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise ProfileError(f"{path}: cannot read profile: {err.strerror or err}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise ProfileError(f"{path}: not valid YAML: {' '.join(str(err).split())}") from None
+    if data is None:
+        data = {}
+    try:
+        return MachineProfile.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+        raise ProfileError(f"{path}: field {where}: {first['msg']}{more}") from None

@@ -1,0 +1,1 @@
+"""Least-privilege NFD-style label writer: feature files in, own Node labels out."""

@@ -1,0 +1,1 @@
+"""Pytest fixtures for the fake Kubernetes API server."""
