@@ -12,6 +12,7 @@ import re
 
 MAX_NAME = 63
 MAX_PREFIX = 253
+_RULE = "alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric"
 _NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 
@@ -22,7 +23,7 @@ def name_problem(name: str) -> str | None:
     if len(name) > MAX_NAME:
         return f"name is {len(name)} characters, more than {MAX_NAME}"
     if not _NAME.match(name):
-        return "name must be alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric"
+        return f"name must be {_RULE}"
     return None
 
 
@@ -53,7 +54,7 @@ def value_problem(value: str) -> str | None:
     if len(value) > MAX_NAME:
         return f"invalid value: {len(value)} characters, more than {MAX_NAME}"
     if not _NAME.match(value):
-        return "invalid value: must be alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric"
+        return f"invalid value: must be {_RULE}"
     return None
 
 
