@@ -1,0 +1,47 @@
+"""The shared Kubernetes label rules, checked against the cases the API server itself refuses."""
+
+import pytest
+
+from k8slabels import key_problem, split_key, value_problem
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["nvidia.com/gpu.count", "feature.node.kubernetes.io/cpu-model.family", "plain", "a/b", "x.y-z/a_b.c"],
+)
+def test_valid_keys(key: str) -> None:
+    assert key_problem(key) is None
+
+
+@pytest.mark.parametrize(
+    ("key", "why"),
+    [
+        ("", "name is empty"),
+        ("nvidia.com/", "name is empty"),
+        ("/gpu", "prefix is empty"),
+        ("Nvidia.com/gpu", "lowercase DNS subdomain"),
+        ("nvidia..com/gpu", "lowercase DNS subdomain"),
+        ("nvidia.com/-gpu", "starting and ending"),
+        ("nvidia.com/gpu count", "alphanumerics"),
+        ("nvidia.com/" + "g" * 64, "64 characters"),
+        ("a" * 254 + "/gpu", "254 characters"),
+    ],
+)
+def test_invalid_keys_say_why(key: str, why: str) -> None:
+    problem = key_problem(key)
+    assert problem is not None and why in problem
+
+
+@pytest.mark.parametrize("value", ["", "true", "NVIDIA-A100-SXM4-40GB", "12.4", "a" * 63, "1g.5gb"])
+def test_valid_values(value: str) -> None:
+    assert value_problem(value) is None
+
+
+@pytest.mark.parametrize("value", ["a" * 64, "-x", "x-", "NVIDIA A100", "1g.10gb+me", "ü"])
+def test_invalid_values(value: str) -> None:
+    assert value_problem(value) is not None
+
+
+def test_split_key() -> None:
+    assert split_key("nvidia.com/gpu.count") == ("nvidia.com", "gpu.count")
+    assert split_key("plain") == ("", "plain")
