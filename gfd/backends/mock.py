@@ -1,0 +1,27 @@
+"""The mock backend: a simulated node described by a YAML machine profile.
+
+It labels GPU-less test clusters. The profile is re-read on every probe, so
+editing it changes a running daemon's labels like a hardware change would.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gfd.backends.errors import BackendError
+from gfd.inventory import Inventory
+
+
+class MockBackend:
+    name = "mock"
+
+    def __init__(self, profile_path: str | Path) -> None:
+        self.profile_path = Path(profile_path)
+
+    def probe(self) -> Inventory:
+        from gfd.profile import ProfileError, load_profile  # pulls in pydantic: only for mock runs
+
+        try:
+            return load_profile(self.profile_path).to_inventory()
+        except ProfileError as err:
+            raise BackendError("profile", str(err)) from None

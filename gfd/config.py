@@ -1,0 +1,365 @@
+"""Run settings: command line over environment over config file over default.
+
+The flags and environment variables are NVIDIA gpu-feature-discovery's, so an
+existing DaemonSet spec keeps working; ours follow the same ``GFD_`` naming.
+Settings are a plain frozen dataclass checked by hand rather than a pydantic
+model: pydantic alone costs about 15 MiB of resident memory, which would blow
+the daemon's memory budget on every node (the config *file* is still parsed
+with pydantic, only when one is given).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Literal, NoReturn, cast
+
+MigStrategy = Literal["none", "single", "mixed"]
+BackendChoice = Literal["auto", "nvml", "tegra", "mock"]
+
+DEFAULT_OUTPUT_FILE = "/etc/kubernetes/node-feature-discovery/source.d/gfd"
+DEFAULT_MACHINE_TYPE_FILE = "/sys/class/dmi/id/product_name"
+DEFAULT_SLEEP_INTERVAL = timedelta(seconds=60)
+EXPIRY_INTERVALS = 3  # default expiry: this many sleep intervals ahead
+_TRUE = {"1", "t", "true", "y", "yes", "on"}
+_FALSE = {"0", "f", "false", "n", "no", "off"}
+
+
+class ConfigError(ValueError):
+    """A bad flag, variable or config-file value; the message is one line naming where it came from."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    oneshot: bool = False
+    sleep_interval: timedelta | None = DEFAULT_SLEEP_INTERVAL  # None: infinite (label once, then idle)
+    output_file: str | None = DEFAULT_OUTPUT_FILE  # None: standard output
+    mig_strategy: MigStrategy = "none"
+    fail_on_init_error: bool = True
+    no_timestamp: bool = False
+    machine_type_file: Path = Path(DEFAULT_MACHINE_TYPE_FILE)
+    config_file: Path | None = None
+    backend: BackendChoice = "auto"
+    mock_profile: Path | None = None
+    host_root: Path = Path("/")
+    timestamp: bool = False
+    with_vgpu: bool = False
+    expiry: timedelta | None = None  # None: no expiry directive
+    metrics_address: tuple[str, int] | None = None
+    sharing: Any = None  # the config file's sharing section, handed to the labelers
+
+    @property
+    def label_timestamp(self) -> bool:
+        return self.timestamp and not self.no_timestamp
+
+
+# --- value parsers: each takes the raw text and returns the typed value or raises ValueError ---
+
+
+def parse_bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ValueError(f"expected true or false, got {text!r}")
+
+
+def parse_duration(text: str, *, allow_infinite: bool = True) -> timedelta | None:
+    """A Go-style duration such as ``60s``, ``1m30s``; ``infinite`` gives None."""
+    import durationpy  # small, but only needed when a duration is given
+
+    value = text.strip()
+    if allow_infinite and value.lower() == "infinite":
+        return None
+    try:
+        delta: timedelta = durationpy.from_str(value)
+    except durationpy.DurationError:
+        hint = " or 'infinite'" if allow_infinite else ""
+        raise ValueError(f"expected a duration such as 60s, 5m or 1h30m{hint}, got {text!r}") from None
+    if delta <= timedelta(0):
+        raise ValueError(f"must be more than zero, got {text!r}")
+    return delta
+
+
+def parse_choice(choices: Sequence[str]) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = text.strip().lower()
+        if value not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}, got {text!r}")
+        return value
+
+    return parse
+
+
+def parse_output(text: str) -> str | None:
+    return None if text.strip() in ("", "-") else text
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``host:port``, ``:port`` or ``port``; an empty host listens on all addresses."""
+    host, sep, port = text.strip().rpartition(":")
+    if not sep:
+        host, port = "", text.strip()
+    host = host.strip("[]")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"expected HOST:PORT such as :9100, got {text!r}")
+    return host or "0.0.0.0", int(port)
+
+
+def _path(text: str) -> Path:
+    if not text.strip():
+        raise ValueError("expected a path, got an empty value")
+    return Path(text)
+
+
+@dataclass(frozen=True)
+class _Option:
+    name: str  # Settings field
+    flags: tuple[str, ...]
+    env: tuple[str, ...]
+    parse: Callable[[str], Any]
+    help: str
+    is_bool: bool = False
+    metavar: str | None = None
+
+
+OPTIONS: tuple[_Option, ...] = (
+    _Option("oneshot", ("--oneshot",), ("GFD_ONESHOT",), parse_bool, "label once and exit", is_bool=True),
+    _Option(
+        "sleep_interval",
+        ("--sleep-interval",),
+        ("GFD_SLEEP_INTERVAL",),
+        parse_duration,
+        "time between passes, e.g. 60s, 5m, or 'infinite' (default 60s)",
+        metavar="DURATION",
+    ),
+    _Option(
+        "output_file",
+        ("--output-file", "--output", "-o"),
+        ("GFD_OUTPUT_FILE",),
+        parse_output,
+        f"feature file to write; '-' or empty for stdout (default {DEFAULT_OUTPUT_FILE})",
+        metavar="FILE",
+    ),
+    _Option(
+        "mig_strategy",
+        ("--mig-strategy",),
+        ("GFD_MIG_STRATEGY", "MIG_STRATEGY"),
+        parse_choice(("none", "single", "mixed")),
+        "how MIG devices are labelled (default none)",
+        metavar="none|single|mixed",
+    ),
+    _Option(
+        "fail_on_init_error",
+        ("--fail-on-init-error",),
+        ("GFD_FAIL_ON_INIT_ERROR", "FAIL_ON_INIT_ERROR"),
+        parse_bool,
+        "exit when the first probe fails; false: keep retrying (default true)",
+        is_bool=True,
+    ),
+    _Option(
+        "no_timestamp",
+        ("--no-timestamp",),
+        ("GFD_NO_TIMESTAMP",),
+        parse_bool,
+        "accepted for compatibility: no timestamp label is written unless --timestamp",
+        is_bool=True,
+    ),
+    _Option(
+        "machine_type_file",
+        ("--machine-type-file",),
+        ("GFD_MACHINE_TYPE_FILE",),
+        _path,
+        f"file holding the machine type (default {DEFAULT_MACHINE_TYPE_FILE})",
+        metavar="FILE",
+    ),
+    _Option(
+        "config_file",
+        ("--config-file",),
+        ("GFD_CONFIG_FILE", "CONFIG_FILE"),
+        _path,
+        "NVIDIA device-plugin config file (flags and sharing)",
+        metavar="FILE",
+    ),
+    _Option(
+        "backend",
+        ("--backend",),
+        ("GFD_BACKEND",),
+        parse_choice(("auto", "nvml", "tegra", "mock")),
+        "where GPU facts come from (default auto)",
+        metavar="auto|nvml|tegra|mock",
+    ),
+    _Option(
+        "mock_profile",
+        ("--mock-profile",),
+        ("GFD_MOCK_PROFILE",),
+        _path,
+        "machine profile YAML for --backend mock",
+        metavar="FILE",
+    ),
+    _Option(
+        "host_root",
+        ("--host-root",),
+        ("GFD_HOST_ROOT",),
+        _path,
+        "where the host's filesystem is mounted, for Jetson files (default /)",
+        metavar="DIR",
+    ),
+    _Option(
+        "timestamp",
+        ("--timestamp",),
+        ("GFD_TIMESTAMP",),
+        parse_bool,
+        "add the nvidia.com/gfd.timestamp label (costs a node update every pass)",
+        is_bool=True,
+    ),
+    _Option(
+        "with_vgpu",
+        ("--with-vgpu",),
+        ("GFD_WITH_VGPU",),
+        parse_bool,
+        "detect vGPU (reads PCI config space, needs privilege)",
+        is_bool=True,
+    ),
+    _Option(
+        "expiry",
+        ("--expiry",),
+        ("GFD_EXPIRY",),
+        parse_duration,
+        f"how long written labels stay valid (default {EXPIRY_INTERVALS} sleep intervals; "
+        "none in oneshot mode), or 'infinite'",
+        metavar="DURATION",
+    ),
+    _Option(
+        "metrics_address",
+        ("--metrics-address",),
+        ("GFD_METRICS_ADDRESS",),
+        parse_address,
+        "serve Prometheus metrics on HOST:PORT (default: off)",
+        metavar="HOST:PORT",
+    ),
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="gfd",
+        description="Find this node's NVIDIA GPUs and write them as node labels into an NFD feature file. "
+        "'gfd doctor' explains what is missing when no labels appear.",
+        argument_default=argparse.SUPPRESS,
+    )
+    from gfd import __version__
+
+    parser.add_argument("--version", action="version", version=f"gfd {__version__}")
+    for opt in OPTIONS:
+        envs = ", ".join(f"${e}" for e in opt.env)
+        if opt.is_bool:
+            parser.add_argument(
+                *opt.flags,
+                dest=opt.name,
+                nargs="?",
+                const="true",
+                metavar="BOOL",
+                help=f"{opt.help} [{envs}]",
+            )
+        else:
+            parser.add_argument(*opt.flags, dest=opt.name, metavar=opt.metavar, help=f"{opt.help} [{envs}]")
+    return parser
+
+
+def load_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
+    """Resolve every setting; raise ConfigError naming the flag, variable or file field at fault."""
+    given = vars(build_parser().parse_args(list(argv)))
+    raw: dict[str, tuple[str, Any]] = {}  # name -> (where it came from, raw text)
+    for opt in OPTIONS:
+        if opt.name in given:
+            raw[opt.name] = (opt.flags[0], given[opt.name])
+            continue
+        for env in opt.env:
+            value = environ.get(env)
+            # An empty variable counts as unset, except that an empty output file means stdout (as NVIDIA).
+            if value is not None and (value.strip() or opt.name == "output_file"):
+                raw[opt.name] = (f"${env}", value)
+                break
+
+    values: dict[str, Any] = {}
+    for opt in OPTIONS:
+        if opt.name in raw:
+            where, text = raw[opt.name]
+            values[opt.name] = _convert(opt, where, text)
+
+    sharing = None
+    config_file = values.get("config_file")
+    if config_file is not None:
+        file_values, sharing = _from_config_file(config_file)
+        for name, (where, value) in file_values.items():
+            if name not in values:
+                opt = next(o for o in OPTIONS if o.name == name)
+                values[name] = value if not isinstance(value, str) else _convert(opt, where, value)
+    return _finish(values, sharing)
+
+
+def _convert(opt: _Option, where: str, text: str) -> Any:
+    try:
+        return opt.parse(text)
+    except ValueError as err:
+        raise ConfigError(f"{where}: {err}") from None
+
+
+def _finish(values: dict[str, Any], sharing: Any) -> Settings:
+    backend = values.get("backend", "auto")
+    if backend == "mock" and values.get("mock_profile") is None:
+        raise ConfigError("--backend mock needs --mock-profile FILE (or $GFD_MOCK_PROFILE)")
+    if backend != "mock" and values.get("mock_profile") is not None:
+        raise ConfigError(f"--mock-profile is only used with --backend mock (backend is {backend})")
+    values.setdefault("sleep_interval", DEFAULT_SLEEP_INTERVAL)
+    if "expiry" not in values:
+        interval = values["sleep_interval"]
+        oneshot = values.get("oneshot", False)
+        # A one-off job's labels are meant to stay; a daemon's must lapse when it dies.
+        values["expiry"] = None if oneshot or interval is None else interval * EXPIRY_INTERVALS
+    return Settings(**values, sharing=sharing)
+
+
+def _from_config_file(path: Path) -> tuple[dict[str, tuple[str, Any]], Any]:
+    """The flags a device-plugin config file sets, as (where, value), and its sharing section."""
+    from gfd.plugin_config import PluginConfigError, load_plugin_config
+
+    try:
+        config = load_plugin_config(path)
+    except PluginConfigError as err:
+        raise ConfigError(str(err)) from None
+    flags = config.flags
+    gfd_flags = getattr(flags, "gfd", None)
+    found: dict[str, tuple[str, Any]] = {}
+    for name, holder, attr, field in (
+        ("mig_strategy", flags, "mig_strategy", "flags.migStrategy"),
+        ("fail_on_init_error", flags, "fail_on_init_error", "flags.failOnInitError"),
+        ("oneshot", gfd_flags, "oneshot", "flags.gfd.oneshot"),
+        ("no_timestamp", gfd_flags, "no_timestamp", "flags.gfd.noTimestamp"),
+        ("sleep_interval", gfd_flags, "sleep_interval", "flags.gfd.sleepInterval"),
+        ("output_file", gfd_flags, "output_file", "flags.gfd.outputFile"),
+        ("machine_type_file", gfd_flags, "machine_type_file", "flags.gfd.machineTypeFile"),
+    ):
+        value = getattr(holder, attr, None) if holder is not None else None
+        if value is None:
+            continue
+        where = f"{path}: field {field}"
+        if isinstance(value, bool) and name in ("mig_strategy", "sleep_interval", "output_file"):
+            raise ConfigError(f"{where}: unexpected value {value!r}")
+        if isinstance(value, bool | timedelta):
+            found[name] = (where, value)
+        elif name == "machine_type_file":
+            found[name] = (where, str(value))
+        else:
+            found[name] = (where, cast(str, str(value)))
+    return found, getattr(config, "sharing", None)
