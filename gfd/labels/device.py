@@ -1,0 +1,83 @@
+"""Full-GPU labels: ``nvidia.com/gpu.{product,count,replicas,sharing-strategy,memory,family,compute.*,mode}``.
+
+A node whose GPUs are all one model gets exactly NVIDIA's labels. On a node
+with several models NVIDIA writes each model's labels over the others in
+random order, so the values flip between runs; here the *primary model*
+speaks for the node: the model with the most GPUs, ties broken by the
+alphabetically first name. ``extras.py`` adds a count per model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gfd.inventory import Device, Inventory
+from gfd.labels import resource
+from gfd.labels.common import Labels, mig_on
+from gfd.sharing import FULL_GPU_RESOURCE, SharingConfig
+
+
+def family(major: int, minor: int) -> str:
+    """Architecture family from the compute capability, as NVIDIA names it (plus 11.x, Jetson Thor)."""
+    if major == 7:
+        return "volta" if minor < 5 else "turing"
+    if major == 8:
+        return "ampere" if minor < 9 else "ada-lovelace"
+    names = {1: "tesla", 2: "fermi", 3: "kepler", 5: "maxwell", 6: "pascal", 9: "hopper"}
+    if major in names:
+        return names[major]
+    # NVIDIA stops at 10 and 12; 11.0 is Thor's number from CUDA 13 on, also Blackwell.
+    if major in (10, 11, 12):
+        return "blackwell"
+    return "undefined"
+
+
+def by_model(devices: Sequence[Device]) -> dict[str, list[Device]]:
+    groups: dict[str, list[Device]] = {}
+    for device in sorted(devices, key=lambda d: d.index):
+        groups.setdefault(device.name, []).append(device)
+    return groups
+
+
+def primary_model(devices: Sequence[Device]) -> str:
+    """The model with the most GPUs; ties go to the alphabetically first name."""
+    groups = by_model(devices)
+    return min(groups, key=lambda name: (-len(groups[name]), name))
+
+
+def gpu_labels(inv: Inventory, sharing: SharingConfig) -> Labels:
+    if not inv.devices:
+        return {}
+    model = primary_model(inv.devices)
+    group = by_model(inv.devices)[model]
+    full = [d for d in group if not mig_on(d)]
+    # NVIDIA: a model's GPUs with MIG on are labelled without sharing (replicas 0)
+    # unless at least one GPU of that model runs whole, which then speaks for all.
+    representative = full[0] if full else group[0]
+    labels = resource.base(FULL_GPU_RESOURCE, len(group), model, None, sharing if full else None)
+    if representative.memory_mib:
+        labels[f"{FULL_GPU_RESOURCE}.memory"] = str(representative.memory_mib)
+    cc = representative.compute_capability
+    if cc is not None and cc[0] != 0:
+        labels[f"{FULL_GPU_RESOURCE}.family"] = family(*cc)
+        labels[f"{FULL_GPU_RESOURCE}.compute.major"] = str(cc[0])
+        labels[f"{FULL_GPU_RESOURCE}.compute.minor"] = str(cc[1])
+    return labels
+
+
+def _mode(pci_class: int | None) -> str:
+    if pci_class is None:
+        return "unknown"
+    # Compare base class and subclass; the programming-interface byte does not matter.
+    return {0x0300: "graphics", 0x0302: "compute"}.get(pci_class >> 8, "unknown")
+
+
+def mode_labels(inv: Inventory) -> Labels:
+    """``nvidia.com/gpu.mode``: compute (3D controller), graphics (VGA), or unknown.
+
+    GPUs in different modes give ``unknown``; NVIDIA reports the first GPU's mode.
+    """
+    if not inv.devices:
+        return {}
+    modes = {_mode(d.pci_class) for d in inv.devices}
+    return {"nvidia.com/gpu.mode": modes.pop() if len(modes) == 1 else "unknown"}

@@ -1,0 +1,40 @@
+"""The per-resource label block NVIDIA writes for ``nvidia.com/gpu`` and ``nvidia.com/mig-<profile>``.
+
+Every resource gets ``<resource>.product``, ``.count``, ``.replicas`` and
+``.sharing-strategy``; MIG resources add their attributes (memory, slices,
+engines). Full GPUs add memory and architecture in ``device.py``.
+"""
+
+from __future__ import annotations
+
+from gfd.inventory import MigDevice
+from gfd.labels import sanitize
+from gfd.labels import sharing as share
+from gfd.labels.common import Labels
+from gfd.sharing import SharingConfig
+
+
+def base(
+    resource: str, count: int, model: str, mig_profile: str | None, sharing: SharingConfig | None
+) -> Labels:
+    return {
+        f"{resource}.product": sanitize.product(model, mig_profile, share.shows_shared(sharing, resource)),
+        f"{resource}.count": str(count),
+        f"{resource}.replicas": str(share.replicas(sharing, resource)),
+        f"{resource}.sharing-strategy": share.strategy(sharing, resource),
+    }
+
+
+def mig_attributes(resource: str, mig: MigDevice) -> Labels:
+    attributes = {
+        "memory": mig.memory_mib,
+        "multiprocessors": mig.multiprocessors,
+        "slices.gi": mig.gi_slices,
+        "slices.ci": mig.ci_slices,
+        "engines.copy": mig.copy_engines,
+        "engines.decoder": mig.decoders,
+        "engines.encoder": mig.encoders,
+        "engines.jpeg": mig.jpegs,
+        "engines.ofa": mig.ofas,
+    }
+    return {f"{resource}.{name}": str(number) for name, number in attributes.items()}
