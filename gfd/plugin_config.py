@@ -1,0 +1,219 @@
+"""The NVIDIA device-plugin config file (``--config-file``), as NVIDIA GFD reads it.
+
+Only what gfd uses is read: ``version``, ``flags.migStrategy``,
+``flags.failOnInitError``, ``flags.gfd.*`` and ``sharing.timeSlicing`` /
+``sharing.mps``. Everything else a shared device-plugin config may hold
+(``flags.plugin``, ``resources``, ``imex``, ...) is ignored, as NVIDIA GFD
+ignores it. Mistakes raise ``PluginConfigError``: one line, file and field path.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationError
+
+from gfd.sharing import SHARED_RENAME_SUFFIX, ReplicatedResource, ReplicatedResources, SharingConfig
+
+__all__ = ["PluginConfig", "PluginConfigError", "PluginFlags", "SharingConfig", "load_plugin_config"]
+
+log = logging.getLogger("gfd.plugin_config")
+
+RESOURCE_PREFIX = "nvidia.com"
+MAX_RESOURCE_NAME = 63
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_GO_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+class PluginConfigError(ValueError):
+    """The config file could not be used; the message is one line with file and field path."""
+
+
+@dataclass(frozen=True)
+class PluginFlags:
+    """Flags set in the file; ``None`` means the file does not set it (the CLI decides precedence)."""
+
+    mig_strategy: Literal["none", "single", "mixed"] | None = None
+    fail_on_init_error: bool | None = None
+    oneshot: bool | None = None
+    no_timestamp: bool | None = None
+    sleep_interval: float | None = None  # seconds; math.inf for "infinite"
+    output_file: str | None = None
+    machine_type_file: str | None = None
+
+
+@dataclass(frozen=True)
+class PluginConfig:
+    path: Path
+    flags: PluginFlags
+    sharing: SharingConfig | None  # None: the file has no sharing section
+
+
+class _Model(BaseModel):
+    # Unknown keys are ignored: one file is shared with the device plugin, which has many more.
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class _GfdFlags(_Model):
+    oneshot: StrictBool | None = None
+    noTimestamp: StrictBool | None = None
+    sleepInterval: StrictInt | StrictFloat | str | None = None
+    outputFile: str | None = None
+    machineTypeFile: str | None = None
+
+
+class _Flags(_Model):
+    migStrategy: Literal["none", "single", "mixed"] | None = None
+    failOnInitError: StrictBool | None = None
+    gfd: _GfdFlags | None = None
+
+
+class _Resource(_Model):
+    name: str
+    rename: str | None = None
+    replicas: Annotated[StrictInt, Field(ge=1)]
+    devices: Literal["all"] | Annotated[StrictInt, Field(gt=0)] | list[StrictInt | str] = "all"
+
+
+class _Replicated(_Model):
+    renameByDefault: StrictBool = False
+    failRequestsGreaterThanOne: StrictBool = False
+    resources: Annotated[list[_Resource], Field(min_length=1)]
+
+
+class _Sharing(_Model):
+    timeSlicing: _Replicated | None = None
+    mps: _Replicated | None = None
+
+
+class _Config(_Model):
+    version: str = "v1"
+    flags: _Flags | None = None
+    sharing: _Sharing | None = None
+
+
+def load_plugin_config(path: str | Path) -> PluginConfig:
+    """Read and check a device-plugin config file (YAML or JSON)."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise PluginConfigError(f"{path}: cannot read config file: {err.strerror or err}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise PluginConfigError(f"{path}: not valid YAML: {' '.join(str(err).split())}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise PluginConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        model = _Config.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+        raise PluginConfigError(f"{path}: field {where}: {first['msg']}{more}") from None
+    if model.version != "v1":
+        raise PluginConfigError(f"{path}: field version: unknown version {model.version!r}, expected 'v1'")
+    return PluginConfig(path=path, flags=_flags(path, model.flags), sharing=_sharing(path, model.sharing))
+
+
+def _flags(path: Path, flags: _Flags | None) -> PluginFlags:
+    if flags is None:
+        return PluginFlags()
+    gfd = flags.gfd or _GfdFlags()
+    interval = None
+    if gfd.sleepInterval is not None:
+        interval = _duration(path, "flags.gfd.sleepInterval", gfd.sleepInterval)
+    return PluginFlags(
+        mig_strategy=flags.migStrategy,
+        fail_on_init_error=flags.failOnInitError,
+        oneshot=gfd.oneshot,
+        no_timestamp=gfd.noTimestamp,
+        sleep_interval=interval,
+        output_file=gfd.outputFile,
+        machine_type_file=gfd.machineTypeFile,
+    )
+
+
+def parse_go_duration(text: str) -> float:
+    """Seconds in a Go duration such as ``60s``, ``1m30s``, ``1.5h`` or ``500ms``; ``infinite`` is inf."""
+    text = text.strip()
+    if text == "infinite":
+        return math.inf
+    if text in ("0", "+0"):
+        return 0.0
+    sign = -1.0 if text.startswith("-") else 1.0
+    body = text.lstrip("+-")
+    if not body or _GO_DURATION.sub("", body):
+        raise ValueError(f"invalid duration {text!r}: expected a Go duration such as '60s', '1m' or '1h30m'")
+    return sign * sum(float(n) * _UNIT_SECONDS[unit] for n, unit in _GO_DURATION.findall(body))
+
+
+def _duration(path: Path, where: str, raw: int | float | str) -> float:
+    try:
+        # A bare number is nanoseconds, as Go's time.Duration reads it from JSON/YAML.
+        seconds = raw / 1e9 if isinstance(raw, int | float) else parse_go_duration(raw)
+    except ValueError as err:
+        raise PluginConfigError(f"{path}: field {where}: {err}") from None
+    if seconds <= 0:
+        raise PluginConfigError(f"{path}: field {where}: the interval must be positive, got {raw!r}")
+    if isinstance(raw, int | float) and seconds < 1:
+        log.warning(
+            "%s: %s: a bare number is nanoseconds (%r = %gs); write '60s' for a minute",
+            path,
+            where,
+            raw,
+            seconds,
+        )
+    return seconds
+
+
+def resource_name(path: Path, where: str, raw: str) -> str:
+    """NVIDIA's rule: add ``nvidia.com/`` unless present; the rest must be a DNS subdomain, 63 in all."""
+    name = raw if raw.startswith(RESOURCE_PREFIX + "/") else f"{RESOURCE_PREFIX}/{raw}"
+    if len(name) > MAX_RESOURCE_NAME:
+        raise PluginConfigError(f"{path}: field {where}: resource name {name!r} is longer than 63 characters")
+    if not _DNS_SUBDOMAIN.match(name.split("/", 1)[1]):
+        raise PluginConfigError(
+            f"{path}: field {where}: {raw!r} is no valid resource name (lowercase letters, digits, '-', '.')"
+        )
+    return name
+
+
+def _replicated(path: Path, where: str, section: _Replicated) -> ReplicatedResources:
+    resources = []
+    for i, entry in enumerate(section.resources):
+        here = f"{where}.resources.{i}"
+        name = resource_name(path, f"{here}.name", entry.name)
+        rename = resource_name(path, f"{here}.rename", entry.rename) if entry.rename is not None else None
+        effective = name + SHARED_RENAME_SUFFIX if section.renameByDefault else None
+        if rename is not None and rename != effective:
+            # Same as NVIDIA GFD, which turns custom renames off.
+            log.warning("%s: %s.rename is not supported and is ignored; renameByDefault decides", path, here)
+        if entry.devices != "all":
+            log.warning("%s: %s.devices is not supported and is ignored; all devices are shared", path, here)
+        resources.append(ReplicatedResource(name=name, replicas=entry.replicas, rename=rename))
+    return ReplicatedResources(
+        resources=tuple(resources),
+        rename_by_default=section.renameByDefault,
+        fail_requests_greater_than_one=section.failRequestsGreaterThanOne,
+    )
+
+
+def _sharing(path: Path, sharing: _Sharing | None) -> SharingConfig | None:
+    if sharing is None or (sharing.timeSlicing is None and sharing.mps is None):
+        return None
+    time_slicing = (
+        _replicated(path, "sharing.timeSlicing", sharing.timeSlicing) if sharing.timeSlicing else None
+    )
+    mps = _replicated(path, "sharing.mps", sharing.mps) if sharing.mps else None
+    if time_slicing is not None and mps is not None:
+        log.warning("%s: both sharing.timeSlicing and sharing.mps are set; MPS takes precedence", path)
+    return SharingConfig(time_slicing=time_slicing, mps=mps)
