@@ -13,7 +13,7 @@ from typing import Annotated
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from gfd.inventory import Device, Inventory, MigDevice, VGpuInfo
+from gfd.inventory import Device, Inventory, JetsonFacts, MigDevice, VGpuInfo
 
 
 class ProfileError(ValueError):
@@ -78,11 +78,22 @@ class DeviceProfile(_Strict):
         return value
 
 
+class JetsonProfile(_Strict):
+    """What a Jetson's tegra files would say (optional; simulates a Jetson without a host root)."""
+
+    model: str | None = None  # "NVIDIA Jetson Orin Nano Developer Kit"
+    soc: str | None = None  # "tegra234"
+    l4t_version: str | None = None  # "36.4.0"
+    jetpack_version: str | None = None  # "6.1"
+    power_mode: str | None = None  # "15W"
+
+
 class MachineProfile(_Strict):
     machine: str | None = None
     driver_version: str | None = None
     cuda_driver_version: Annotated[int, Field(ge=1000)] | None = None
     devices: list[DeviceProfile] = []
+    jetson: JetsonProfile | None = None
 
     def to_inventory(self) -> Inventory:
         """The inventory the mock backend reports for this profile."""
@@ -92,6 +103,7 @@ class MachineProfile(_Strict):
             cuda_driver_version=self.cuda_driver_version,
             machine=self.machine,
             devices=tuple(_device(i, d) for i, d in enumerate(self.devices)),
+            jetson=JetsonFacts(**self.jetson.model_dump()) if self.jetson is not None else None,
         )
 
 
