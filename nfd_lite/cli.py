@@ -1,0 +1,185 @@
+"""``nfd-lite [run|prune]``: command line, configuration, signals. Bad input: one line, exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from nfd_lite.features import FeatureState
+from nfd_lite.health import parse_address
+from nfd_lite.policy import DEFAULT_ALLOW_PREFIXES, Policy, prefix_problem
+from nfd_lite.reconciler import NodeState, plan
+
+if TYPE_CHECKING:
+    from nfd_lite.client import NodeApi
+
+log = logging.getLogger("nfd_lite")
+DEFAULT_DIRS = (
+    "/etc/kubernetes/node-feature-discovery/source.d",
+    "/etc/kubernetes/node-feature-discovery/features.d",
+)
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is negative")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="nfd-lite", description="Keep this node's labels equal to its NFD feature files.")
+    p.add_argument("command", nargs="?", choices=["run", "prune"], default="run")
+    p.add_argument("--node-name", default=os.environ.get("NODE_NAME", ""), help="this node (env NODE_NAME)")
+    p.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: in-cluster service account)")
+    p.add_argument("--features-dir", action="append", type=Path, dest="dirs", help="repeatable")
+    p.add_argument("--allow-prefix", action="append", dest="prefixes", help="repeatable label-key prefix")
+    p.add_argument("--overwrite", action="store_true", help="take over labels someone else already set")
+    p.add_argument("--oneshot", action="store_true", help="sync once and exit")
+    p.add_argument("--dry-run", action="store_true", help="print labels, rejections and patch; no API calls")
+    p.add_argument("--poll", action="store_true", help="poll the directories instead of inotify")
+    p.add_argument("--resync-interval", type=_positive, default=60.0, help="seconds between safety rescans")
+    p.add_argument("--debounce", type=_positive, default=0.005, help="seconds to coalesce a burst of events")
+    p.add_argument(
+        "--startup-grace", type=_positive, default=60.0, help="seconds before removing owned labels"
+    )
+    p.add_argument("--watch-timeout", type=int, default=1800, help="seconds one Node watch request lasts")
+    p.add_argument("--metrics-address", default=":8081", help="host:port for /metrics, /healthz; '' disables")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return p
+
+
+def _policy(prefixes: list[str] | None) -> Policy:
+    chosen = prefixes or list(DEFAULT_ALLOW_PREFIXES)
+    for prefix in chosen:
+        if problem := prefix_problem(prefix):
+            raise UsageError(problem)
+    return Policy.from_prefixes(chosen)
+
+
+def dry_run(dirs: list[Path], policy: Policy, overwrite: bool) -> dict[str, Any]:
+    """What the writer would do to a node that carries nothing yet; reads files only."""
+    from nfd_lite.service import now_utc
+
+    state = FeatureState(dirs, policy)
+    now = now_utc()
+    state.rescan(now)
+    labels = state.labels(now)
+    result = plan(labels, NodeState({}, {}, ""), overwrite=overwrite, may_own=policy.may_own)
+    if result.patch is not None:
+        del result.patch["metadata"]["resourceVersion"]  # the real patch carries the one it read
+    return {"labels": labels, "rejected": [r.as_dict() for r in state.rejected], "patch": result.patch}
+
+
+def _light_kubernetes_import() -> None:
+    """Import the client's ``ApiClient`` without ``kubernetes/__init__``, which eagerly imports the
+    dynamic client, watch, stream, leader election and jsonschema (about 10 MiB resident) that this
+    program never uses. Only done in the command's own process, never when imported as a library."""
+    if "kubernetes" in sys.modules:
+        return
+    import importlib.util
+    import types
+
+    spec = importlib.util.find_spec("kubernetes")
+    if spec is None or not spec.submodule_search_locations:
+        return
+    package = types.ModuleType("kubernetes")
+    package.__path__ = list(spec.submodule_search_locations)
+    package.__spec__ = spec
+    sys.modules["kubernetes"] = package
+
+
+def _api(args: argparse.Namespace) -> NodeApi:
+    from nfd_lite.client import NodeApi, in_cluster_configuration, kubeconfig_configuration
+
+    if args.kubeconfig:
+        return NodeApi(kubeconfig_configuration(args.kubeconfig), args.node_name)
+    configuration, token = in_cluster_configuration()
+    return NodeApi(configuration, args.node_name, token=token)
+
+
+def _run(args: argparse.Namespace, policy: Policy, dirs: list[Path]) -> int:
+    from nfd_lite.client import ApiError, explain
+    from nfd_lite.service import Service, Settings, prune
+
+    api = _api(args)
+    try:
+        if args.command == "prune":
+            removed = prune(api, policy)
+            print(f"removed {len(removed)} owned labels and the ownership annotation from {args.node_name}")
+            return 0
+        settings = Settings(
+            node_name=args.node_name, directories=dirs, policy=policy, overwrite=args.overwrite,
+            poll=args.poll, resync_interval=max(args.resync_interval, 1.0), debounce=args.debounce,
+            startup_grace=args.startup_grace, watch_timeout=max(args.watch_timeout, 1),
+            metrics_address=args.metrics_address or None,
+        )  # fmt: skip
+        service = Service(settings, api)
+        if args.oneshot:
+            service.oneshot()
+            return 0
+
+        def _stop(signum: int, _frame: FrameType | None) -> None:
+            log.info("signal %d: stopping, labels stay", signum)
+            service.stop()
+
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+        service.run()
+        return 0
+    except ApiError as err:
+        verb = "patch" if args.command == "prune" or args.oneshot else "get"
+        message = explain(err, verb) if err.status in (401, 403) else f"{err.code}: {err.message}"
+        print(f"nfd-lite: error: {message}", file=sys.stderr)
+        return 1
+    finally:
+        api.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        policy = _policy(args.prefixes)
+        dirs = args.dirs or [Path(d) for d in DEFAULT_DIRS]
+        if args.metrics_address:
+            try:
+                parse_address(args.metrics_address)
+            except ValueError as err:
+                raise UsageError(str(err)) from None
+        logging.basicConfig(
+            level=args.log_level.upper(), stream=sys.stderr, format="nfd-lite: %(levelname)s: %(message)s"
+        )
+        if args.dry_run:
+            print(json.dumps(dry_run(dirs, policy, args.overwrite), indent=2, sort_keys=True))
+            return 0
+        if not args.node_name:
+            raise UsageError("--node-name (or env NODE_NAME) is required")
+        _light_kubernetes_import()
+        from nfd_lite.client import ConfigError
+
+        try:
+            return _run(args, policy, dirs)
+        except ConfigError as err:
+            raise UsageError(str(err)) from None
+    except UsageError as err:
+        print(f"nfd-lite: error: {err}", file=sys.stderr)
+        return 2

@@ -1,0 +1,66 @@
+"""/healthz, /readyz and /metrics on one small HTTP server thread."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from nfd_lite.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``host:port``, ``:port`` (all interfaces) or ``[v6]:port``; raises ValueError."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"--metrics-address {address!r} is not host:port")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+class HealthServer:
+    def __init__(
+        self, address: str, metrics: Metrics, healthy: Callable[[], bool], ready: Callable[[], bool]
+    ) -> None:
+        host, port = parse_address(address)
+        checks = {"/healthz": healthy, "/readyz": ready}
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                path = self.path.split("?", 1)[0]
+                if path == "/metrics":
+                    self._answer(200, generate_latest(metrics.registry), CONTENT_TYPE_LATEST)
+                elif path in checks:
+                    ok = checks[path]()
+                    self._answer(200 if ok else 503, b"ok\n" if ok else b"not ok\n", "text/plain")
+                else:
+                    self._answer(404, b"not found\n", "text/plain")
+
+            def _answer(self, code: int, body: bytes, content_type: str) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                log.debug("health: " + format, *args)
+
+        self.server = ThreadingHTTPServer((host, port), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, name="nfd-lite-health", daemon=True)
+
+    @property
+    def port(self) -> int:
+        return int(self.server.server_address[1])
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -1,0 +1,38 @@
+"""Prometheus metrics of one writer, in a registry of its own (tests run several in one process)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.writes = Counter(
+            "nfd_lite_writes", "PATCH requests that changed the Node", registry=self.registry
+        )
+        self.rejected = Counter(
+            "nfd_lite_rejected_lines",
+            "Feature-file lines (or whole files) rejected, by reason",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.conflicts = Counter(
+            "nfd_lite_conflicts",
+            "Desired labels already set by someone else and left alone",
+            registry=self.registry,
+        )
+        self.api_errors = Counter(
+            "nfd_lite_api_errors",
+            "Failed API requests, by HTTP code (or 'connection')",
+            ["code"],
+            registry=self.registry,
+        )
+        self.last_sync = Gauge(
+            "nfd_lite_last_successful_sync_timestamp_seconds",
+            "Unix time the Node was last known to match the feature files",
+            registry=self.registry,
+        )
+        self.owned = Gauge(
+            "nfd_lite_owned_labels", "Labels this writer owns on its Node", registry=self.registry
+        )

@@ -1,0 +1,110 @@
+"""Pure reconciliation: desired labels + the Node as read -> the smallest merge patch, or None.
+
+Ownership is recorded on the Node itself in the annotation ``gpu-labeller.io/owned-labels`` (sorted,
+comma-separated keys), so a restarted writer knows what it may remove without any local state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+OWNED_ANNOTATION = "gpu-labeller.io/owned-labels"
+
+
+@dataclass(frozen=True)
+class NodeState:
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    resource_version: str
+
+    @classmethod
+    def from_object(cls, node: Mapping[str, Any]) -> NodeState:
+        meta = node.get("metadata") or {}
+        return cls(
+            dict(meta.get("labels") or {}),
+            dict(meta.get("annotations") or {}),
+            str(meta.get("resourceVersion") or ""),
+        )
+
+
+@dataclass(frozen=True)
+class Conflict:
+    key: str
+    theirs: str
+    ours: str
+
+
+@dataclass
+class Plan:
+    patch: dict[str, Any] | None
+    conflicts: list[Conflict] = field(default_factory=list)
+    set_labels: dict[str, str] = field(default_factory=dict)
+    removed: list[str] = field(default_factory=list)
+
+
+def owned_keys(annotations: Mapping[str, str], may_own: Callable[[str], bool] = lambda _k: True) -> set[str]:
+    """Keys listed in the ownership annotation. Keys the policy forbids are ignored, so an edited
+    annotation cannot make the writer delete labels outside its namespaces."""
+    raw = annotations.get(OWNED_ANNOTATION, "")
+    return {key for key in (part.strip() for part in raw.split(",")) if key and may_own(key)}
+
+
+def _body(node: NodeState, labels: dict[str, str | None], owned: set[str]) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "resourceVersion": node.resource_version,
+            "labels": labels,
+            "annotations": {OWNED_ANNOTATION: ",".join(sorted(owned)) if owned else None},
+        }
+    }
+
+
+def plan(
+    desired: Mapping[str, str],
+    node: NodeState,
+    *,
+    overwrite: bool = False,
+    allow_removal: bool = True,
+    may_own: Callable[[str], bool] = lambda _k: True,
+) -> Plan:
+    """What to send so the Node carries ``desired`` for the keys this writer owns.
+
+    - an owned key with a different (or no) value is set again: that is drift repair;
+    - a key that exists but is not owned is a conflict and is left alone, unless ``overwrite``;
+    - owned keys no longer desired are removed, unless ``allow_removal`` is False (start-up grace).
+    """
+    owned = owned_keys(node.annotations, may_own)
+    changes: dict[str, str | None] = {}
+    conflicts: list[Conflict] = []
+    new_owned: set[str] = set()
+    for key, value in desired.items():
+        current = node.labels.get(key)
+        if key not in owned and current is not None and not overwrite:
+            conflicts.append(Conflict(key, current, value))
+            continue
+        new_owned.add(key)
+        if current != value:
+            changes[key] = value
+    removed: list[str] = []
+    for key in sorted(owned - desired.keys()):
+        if not allow_removal:
+            new_owned.add(key)
+        elif key in node.labels:
+            changes[key] = None
+            removed.append(key)
+    recorded = node.annotations.get(OWNED_ANNOTATION)
+    wanted = ",".join(sorted(new_owned)) if new_owned else None
+    result = Plan(None, conflicts, {k: v for k, v in changes.items() if v is not None}, removed)
+    if changes or recorded != wanted:
+        result.patch = _body(node, changes, new_owned)
+    return result
+
+
+def prune_patch(node: NodeState, may_own: Callable[[str], bool] = lambda _k: True) -> dict[str, Any] | None:
+    """The patch removing every owned label and the ownership record; None if nothing is owned."""
+    if OWNED_ANNOTATION not in node.annotations:
+        return None
+    owned = owned_keys(node.annotations, may_own)
+    return _body(node, {key: None for key in sorted(owned) if key in node.labels}, set())
