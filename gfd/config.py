@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal, NoReturn, cast
+from typing import Any, Literal, NoReturn
 
 MigStrategy = Literal["none", "single", "mixed"]
 BackendChoice = Literal["auto", "nvml", "tegra", "mock"]
@@ -301,10 +301,8 @@ def load_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
     config_file = values.get("config_file")
     if config_file is not None:
         file_values, sharing = _from_config_file(config_file)
-        for name, (where, value) in file_values.items():
-            if name not in values:
-                opt = next(o for o in OPTIONS if o.name == name)
-                values[name] = value if not isinstance(value, str) else _convert(opt, where, value)
+        for name, value in file_values.items():
+            values.setdefault(name, value)
     return _finish(values, sharing)
 
 
@@ -330,8 +328,10 @@ def _finish(values: dict[str, Any], sharing: Any) -> Settings:
     return Settings(**values, sharing=sharing)
 
 
-def _from_config_file(path: Path) -> tuple[dict[str, tuple[str, Any]], Any]:
-    """The flags a device-plugin config file sets, as (where, value), and its sharing section."""
+def _from_config_file(path: Path) -> tuple[dict[str, Any], Any]:
+    """The flags a device-plugin config file sets (already checked by its parser), and its sharing section."""
+    import math
+
     from gfd.plugin_config import PluginConfigError, load_plugin_config
 
     try:
@@ -339,27 +339,16 @@ def _from_config_file(path: Path) -> tuple[dict[str, tuple[str, Any]], Any]:
     except PluginConfigError as err:
         raise ConfigError(str(err)) from None
     flags = config.flags
-    gfd_flags = getattr(flags, "gfd", None)
-    found: dict[str, tuple[str, Any]] = {}
-    for name, holder, attr, field in (
-        ("mig_strategy", flags, "mig_strategy", "flags.migStrategy"),
-        ("fail_on_init_error", flags, "fail_on_init_error", "flags.failOnInitError"),
-        ("oneshot", gfd_flags, "oneshot", "flags.gfd.oneshot"),
-        ("no_timestamp", gfd_flags, "no_timestamp", "flags.gfd.noTimestamp"),
-        ("sleep_interval", gfd_flags, "sleep_interval", "flags.gfd.sleepInterval"),
-        ("output_file", gfd_flags, "output_file", "flags.gfd.outputFile"),
-        ("machine_type_file", gfd_flags, "machine_type_file", "flags.gfd.machineTypeFile"),
-    ):
-        value = getattr(holder, attr, None) if holder is not None else None
-        if value is None:
-            continue
-        where = f"{path}: field {field}"
-        if isinstance(value, bool) and name in ("mig_strategy", "sleep_interval", "output_file"):
-            raise ConfigError(f"{where}: unexpected value {value!r}")
-        if isinstance(value, bool | timedelta):
-            found[name] = (where, value)
-        elif name == "machine_type_file":
-            found[name] = (where, str(value))
-        else:
-            found[name] = (where, cast(str, str(value)))
-    return found, getattr(config, "sharing", None)
+    found: dict[str, Any] = {}
+    for name in ("mig_strategy", "fail_on_init_error", "oneshot", "no_timestamp"):
+        value = getattr(flags, name)
+        if value is not None:
+            found[name] = value
+    if flags.sleep_interval is not None:
+        seconds = flags.sleep_interval
+        found["sleep_interval"] = None if math.isinf(seconds) else timedelta(seconds=seconds)
+    if flags.output_file is not None:
+        found["output_file"] = parse_output(flags.output_file)
+    if flags.machine_type_file:
+        found["machine_type_file"] = Path(flags.machine_type_file)
+    return found, config.sharing

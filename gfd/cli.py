@@ -1,0 +1,81 @@
+"""The ``gfd`` command: settings in, daemon (or one pass) out, one-line errors.
+
+Exit status: 0 done, 1 the GPU stack could not be probed (and that is fatal
+here), 2 bad flags, environment, config file or profile.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+
+class _Formatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return f"gfd: {record.levelname.lower()}: {record.getMessage()}"
+
+
+def _setup_logging(level: int) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Formatter())
+    root = logging.getLogger("gfd")
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    root.propagate = False
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == "doctor":
+        from gfd.doctor.cli import main as doctor_main  # only a doctor run pays for its imports
+
+        return doctor_main(args[1:])
+
+    from gfd.config import ConfigError, load_settings
+
+    _setup_logging(logging.WARNING)
+    log = logging.getLogger("gfd")
+    try:
+        settings = load_settings(args, os.environ)
+    except ConfigError as err:
+        print(f"gfd: error: {err}", file=sys.stderr)
+        return 2
+    if not settings.oneshot:
+        _setup_logging(logging.DEBUG if os.environ.get("GFD_DEBUG") else logging.INFO)
+
+    if settings.mock_profile is not None:
+        # A malformed profile is bad input, not a broken GPU stack: say so up front with exit 2.
+        from gfd.profile import ProfileError, load_profile
+
+        try:
+            load_profile(settings.mock_profile)
+        except ProfileError as err:
+            print(f"gfd: error: {err}", file=sys.stderr)
+            return 2
+
+    from gfd.daemon import Daemon
+    from gfd.metrics import start_metrics
+
+    interval, expiry = settings.sleep_interval, settings.expiry
+    if interval is not None and expiry is not None and expiry < interval * 2:
+        log.warning("--expiry %s is less than two sleep intervals: labels may lapse between passes", expiry)
+    try:
+        metrics = start_metrics(settings.metrics_address)
+    except OSError as err:
+        host, port = settings.metrics_address or ("", 0)
+        reason = err.strerror or err
+        print(f"gfd: error: --metrics-address: cannot listen on {host}:{port}: {reason}", file=sys.stderr)
+        return 2
+    log.info(
+        "starting: backend %s, output %s, sleep interval %s, expiry %s, MIG strategy %s",
+        settings.backend,
+        settings.output_file or "stdout",
+        interval or "infinite",
+        expiry or "none",
+        settings.mig_strategy,
+    )
+    daemon = Daemon(settings, metrics=metrics)
+    daemon.install_signal_handlers()
+    return daemon.run()

@@ -1,0 +1,218 @@
+"""The labelling loop: probe, build labels, write the feature file when needed.
+
+- The file is rewritten only when the labels changed or its expiry needs
+  pushing forward, so an idle node costs no writes and no node updates.
+- A backend that failed (or was never found) is detected again on the next
+  pass, so a driver installed after start-up is picked up without a restart.
+- A failed pass writes nothing: the last good labels stay until they expire,
+  never replaced by wrong ones.
+- SIGTERM/SIGINT end the loop between passes (never mid-write) and leave the
+  file in place, so labels survive a rollout; the expiry cleans up after a
+  daemon that is gone for good.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import signal
+import threading
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from gfd.backends import Backend, detect
+from gfd.backends.errors import BackendError
+from gfd.config import Settings
+from gfd.inventory import Inventory
+from gfd.metrics import Metrics
+from gfd.writer import read_feature_file, write_feature_file
+
+log = logging.getLogger("gfd")
+
+LabelFn = Callable[[Inventory, Settings, datetime], dict[str, str]]
+RETRY_WHEN_IDLE = timedelta(seconds=60)  # retry pace after a failure when the sleep interval is infinite
+
+
+def build_labels_for(inv: Inventory, settings: Settings, now: datetime) -> dict[str, str]:
+    from gfd.labels import LabelOptions, build_labels
+
+    opts = LabelOptions(
+        mig_strategy=settings.mig_strategy,
+        sharing=settings.sharing,
+        timestamp=now if settings.label_timestamp else None,
+        with_vgpu=settings.with_vgpu,
+    )
+    return build_labels(inv, opts)
+
+
+def read_machine_type(path: Path) -> str | None:
+    """The DMI product name, or None where the file is missing (VMs, Jetsons, containers without /sys)."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return None
+    return text or None
+
+
+@dataclasses.dataclass
+class PassResult:
+    ok: bool
+    labels: dict[str, str] | None = None
+    written: bool = False
+    error: str | None = None  # the one-line message when the pass failed
+    layer: str | None = None  # the layer that failed: a BackendError layer, "output" or "internal"
+
+
+class Daemon:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        metrics: Metrics | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        label_fn: LabelFn = build_labels_for,
+        detect_fn: Callable[..., tuple[Backend, Inventory | None]] = detect,
+    ) -> None:
+        self.settings = settings
+        self.metrics = metrics or Metrics()
+        self.clock = clock
+        self.label_fn = label_fn
+        self.detect_fn = detect_fn
+        self.backend: Backend | None = None
+        self.succeeded = False
+        self._wake = threading.Event()
+        self._stopping = False
+        self._last_error: str | None = None
+        self._last_warnings: tuple[str, ...] = ()
+        # Start from what the file holds, so a restarted daemon does not rewrite an up-to-date file.
+        self.written: Mapping[str, str] | None = None
+        self.written_expiry: datetime | None = None
+        if settings.output_file is not None:
+            existing = read_feature_file(settings.output_file)
+            if existing is not None:
+                self.written, self.written_expiry = existing
+
+    # --- one pass ---
+
+    def probe(self) -> Inventory:
+        inv: Inventory | None = None
+        backend = self.backend
+        if backend is None:
+            s = self.settings
+            backend, inv = self.detect_fn(
+                s.backend, host_root=s.host_root, mock_profile=s.mock_profile, with_vgpu=s.with_vgpu
+            )
+        try:
+            if inv is None:
+                inv = backend.probe()
+        except BackendError:
+            self.backend = None  # detect again next pass: the stack may have changed under us
+            raise
+        self.backend = backend
+        if inv.machine is None:
+            machine = read_machine_type(self.settings.machine_type_file)
+            if machine is not None:
+                inv = dataclasses.replace(inv, machine=machine)
+        return inv
+
+    def run_pass(self) -> PassResult:
+        now = self.clock()
+        try:
+            inv = self.probe()
+            labels = self.label_fn(inv, self.settings, now)
+        except BackendError as err:
+            return self._failed(err.layer, str(err), now)
+        except Exception as err:  # a bug must not kill the daemon nor write half-made labels
+            log.debug("unexpected error in a pass", exc_info=True)
+            return self._failed("internal", f"internal: {type(err).__name__}: {err}", now)
+        self._report_warnings(inv.warnings)
+        try:
+            written = self._write_if_needed(labels, now)
+        except OSError as err:
+            where = self.settings.output_file
+            return self._failed("output", f"output: cannot write {where}: {err.strerror or err}", now)
+        if self._last_error is not None:
+            log.info("pass succeeded again (backend %s)", inv.backend)
+            self._last_error = None
+        self.succeeded = True
+        self.metrics.pass_done(ok=True, layer=None, labels=len(labels), now=now.timestamp())
+        return PassResult(ok=True, labels=labels, written=written)
+
+    def _failed(self, layer: str, line: str, now: datetime) -> PassResult:
+        if line != self._last_error:  # one line per distinct failure, not one per pass
+            kept = "; the labels already written stay until they expire" if self.written else ""
+            log.error("%s%s", line, kept)
+            self._last_error = line
+        self.metrics.pass_done(ok=False, layer=layer, labels=None, now=now.timestamp())
+        return PassResult(ok=False, error=line, layer=layer)
+
+    def _write_if_needed(self, labels: dict[str, str], now: datetime) -> bool:
+        expiry_span = self.settings.expiry
+        new_expiry = (now + expiry_span).replace(microsecond=0) if expiry_span is not None else None
+        if not self._needs_write(labels, now):
+            return False
+        changed = write_feature_file(self.settings.output_file, labels, new_expiry)
+        self.written, self.written_expiry = dict(labels), new_expiry
+        if changed:
+            self.metrics.file_written()
+            log.debug("wrote %d labels to %s", len(labels), self.settings.output_file or "stdout")
+        return changed
+
+    def _needs_write(self, labels: Mapping[str, str], now: datetime) -> bool:
+        if self.written is None or dict(labels) != dict(self.written):
+            return True
+        span = self.settings.expiry
+        if span is None:
+            return self.written_expiry is not None  # drop a stale directive
+        if self.written_expiry is None:
+            return True
+        # Push the expiry forward once half of it is used up, and always before the next pass could
+        # find it lapsed; with the default (3 intervals) that is one write every other pass.
+        interval = self.settings.sleep_interval
+        threshold = span / 2 if interval is None else max(span / 2, interval * 1.5)
+        return self.written_expiry - now < threshold
+
+    def _report_warnings(self, warnings: tuple[str, ...]) -> None:
+        if warnings != self._last_warnings:
+            for w in warnings:
+                log.warning("%s", w)
+            self._last_warnings = warnings
+
+    # --- the loop ---
+
+    def stop(self) -> None:
+        """Ask the loop to end after the current pass (safe from signal handlers and other threads)."""
+        self._stopping = True
+        self._wake.set()
+
+    def wake(self) -> None:
+        """Run the next pass now."""
+        self._wake.set()
+
+    def run(self) -> int:
+        """Loop until stopped; return the exit status (1 when the first pass fails and must be fatal)."""
+        s = self.settings
+        while not self._stopping:
+            result = self.run_pass()
+            if not result.ok and not self.succeeded and s.fail_on_init_error:
+                return 1
+            if s.oneshot and result.ok:
+                return 0
+            wait = s.sleep_interval
+            if wait is None and not result.ok:
+                wait = RETRY_WHEN_IDLE
+            self._wake.wait(wait.total_seconds() if wait is not None else None)
+            self._wake.clear()
+        log.info("stopping; the feature file stays in place until its labels expire")
+        return 0
+
+    def install_signal_handlers(self) -> None:
+        def on_stop(signum: int, _frame: Any) -> None:
+            log.info("received %s", signal.Signals(signum).name)
+            self.stop()
+
+        signal.signal(signal.SIGTERM, on_stop)
+        signal.signal(signal.SIGINT, on_stop)
+        signal.signal(signal.SIGHUP, lambda _s, _f: self.wake())

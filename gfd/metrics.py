@@ -1,0 +1,60 @@
+"""Prometheus metrics of the daemon loop, served only when --metrics-address is given.
+
+``prometheus_client`` is imported only then: it costs several MiB of memory
+that a oneshot run or an unscraped daemon should not pay.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class Metrics:
+    """The no-op recorder; ``PrometheusMetrics`` records for real."""
+
+    def pass_done(self, *, ok: bool, layer: str | None, labels: int | None, now: float) -> None:
+        """One probe-and-label pass ended; ``layer`` names the broken layer when it failed."""
+
+    def file_written(self) -> None:
+        """The feature file was rewritten."""
+
+
+class PrometheusMetrics(Metrics):
+    def __init__(self, registry: Any = None) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge
+
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.passes = Counter("gfd_passes", "Probe-and-label passes run.", registry=r)
+        self.errors = Counter("gfd_errors", "Failed passes, by the layer that failed.", ["layer"], registry=r)
+        self.last_success = Gauge(
+            "gfd_last_success_timestamp_seconds", "When a pass last produced labels (Unix time).", registry=r
+        )
+        self.labels = Gauge("gfd_labels", "Labels produced by the last good pass.", registry=r)
+        self.writes = Counter("gfd_file_writes", "Times the feature file was rewritten.", registry=r)
+
+    def pass_done(self, *, ok: bool, layer: str | None, labels: int | None, now: float) -> None:
+        self.passes.inc()
+        if ok:
+            self.last_success.set(now)
+            if labels is not None:
+                self.labels.set(labels)
+        else:
+            self.errors.labels(layer=layer or "unknown").inc()
+
+    def file_written(self) -> None:
+        self.writes.inc()
+
+    def serve(self, host: str, port: int) -> None:
+        from prometheus_client import start_http_server
+
+        start_http_server(port, addr=host, registry=self.registry)
+
+
+def start_metrics(address: tuple[str, int] | None) -> Metrics:
+    """A recorder for the daemon: served on ``address``, or the no-op one when there is none."""
+    if address is None:
+        return Metrics()
+    metrics = PrometheusMetrics()
+    metrics.serve(*address)
+    return metrics

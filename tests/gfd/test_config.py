@@ -1,0 +1,252 @@
+"""Settings resolve like NVIDIA GFD's: command line over environment over config file over default."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from gfd.config import DEFAULT_OUTPUT_FILE, ConfigError, Settings, load_settings, parse_address
+
+
+def load(*argv: str, **env: str) -> Settings:
+    return load_settings(list(argv), env)
+
+
+def test_defaults_are_nvidias_except_the_output_directory() -> None:
+    s = load()
+    assert s.oneshot is False
+    assert s.sleep_interval == timedelta(seconds=60)
+    assert s.output_file == DEFAULT_OUTPUT_FILE == "/etc/kubernetes/node-feature-discovery/source.d/gfd"
+    assert s.mig_strategy == "none"
+    assert s.fail_on_init_error is True
+    assert str(s.machine_type_file) == "/sys/class/dmi/id/product_name"
+    assert s.backend == "auto"
+    assert s.label_timestamp is False
+    assert s.metrics_address is None
+
+
+# (command line, environment, field, value from the command line, value from the environment)
+FLAG_ENV = [
+    (["--oneshot"], {"GFD_ONESHOT": "false"}, "oneshot", True, False),
+    (["--oneshot=false"], {"GFD_ONESHOT": "true"}, "oneshot", False, True),
+    (
+        ["--sleep-interval", "5m"],
+        {"GFD_SLEEP_INTERVAL": "10s"},
+        "sleep_interval",
+        timedelta(minutes=5),
+        timedelta(seconds=10),
+    ),
+    (["--output-file", "/tmp/a"], {"GFD_OUTPUT_FILE": "/tmp/b"}, "output_file", "/tmp/a", "/tmp/b"),
+    (["-o", "/tmp/a"], {"GFD_OUTPUT_FILE": "/tmp/b"}, "output_file", "/tmp/a", "/tmp/b"),
+    (["--output", "-"], {"GFD_OUTPUT_FILE": "/tmp/b"}, "output_file", None, "/tmp/b"),
+    (["--mig-strategy", "single"], {"GFD_MIG_STRATEGY": "mixed"}, "mig_strategy", "single", "mixed"),
+    (["--fail-on-init-error=false"], {"GFD_FAIL_ON_INIT_ERROR": "true"}, "fail_on_init_error", False, True),
+    (["--fail-on-init-error"], {"GFD_FAIL_ON_INIT_ERROR": "false"}, "fail_on_init_error", True, False),
+    (["--no-timestamp"], {"GFD_NO_TIMESTAMP": "false"}, "no_timestamp", True, False),
+    (
+        ["--machine-type-file", "/a"],
+        {"GFD_MACHINE_TYPE_FILE": "/b"},
+        "machine_type_file",
+        Path("/a"),
+        Path("/b"),
+    ),
+    (["--config-file", "/a"], {"GFD_CONFIG_FILE": "/b"}, "config_file", Path("/a"), Path("/b")),
+    (["--backend", "tegra"], {"GFD_BACKEND": "nvml"}, "backend", "tegra", "nvml"),
+    (["--host-root", "/host"], {"GFD_HOST_ROOT": "/other"}, "host_root", Path("/host"), Path("/other")),
+    (["--timestamp"], {"GFD_TIMESTAMP": "false"}, "timestamp", True, False),
+    (["--with-vgpu=true"], {"GFD_WITH_VGPU": "false"}, "with_vgpu", True, False),
+    (["--expiry", "1h"], {"GFD_EXPIRY": "2h"}, "expiry", timedelta(hours=1), timedelta(hours=2)),
+    (
+        ["--metrics-address", ":9100"],
+        {"GFD_METRICS_ADDRESS": "127.0.0.1:9200"},
+        "metrics_address",
+        ("0.0.0.0", 9100),
+        ("127.0.0.1", 9200),
+    ),
+]
+
+
+@pytest.mark.parametrize(("argv", "env", "field", "from_flag", "from_env"), FLAG_ENV)
+def test_command_line_beats_environment(
+    argv: list[str],
+    env: dict[str, str],
+    field: str,
+    from_flag: object,
+    from_env: object,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # --config-file would be read; keep these about precedence only.
+    monkeypatch.setattr("gfd.config._from_config_file", lambda path: ({}, None))
+    assert getattr(load_settings(argv, env), field) == from_flag
+    assert getattr(load_settings([], env), field) == from_env
+
+
+def test_mock_profile_flag_and_variable(tmp_path: Path) -> None:
+    s = load_settings(["--backend", "mock", "--mock-profile", "/a.yaml"], {"GFD_MOCK_PROFILE": "/b.yaml"})
+    assert s.mock_profile == Path("/a.yaml")
+    s = load_settings([], {"GFD_BACKEND": "mock", "GFD_MOCK_PROFILE": "/b.yaml"})
+    assert (s.backend, s.mock_profile) == ("mock", Path("/b.yaml"))
+
+
+def test_nvidias_legacy_variable_names_work() -> None:
+    s = load(MIG_STRATEGY="mixed", FAIL_ON_INIT_ERROR="false")
+    assert (s.mig_strategy, s.fail_on_init_error) == ("mixed", False)
+    assert load(GFD_MIG_STRATEGY="single", MIG_STRATEGY="mixed").mig_strategy == "single"
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--oneshot"], True),
+        (["--oneshot=true"], True),
+        (["--oneshot=false"], False),
+        (["--oneshot=False"], False),
+        (["--oneshot=1"], True),
+        (["--oneshot", "false"], False),
+    ],
+)
+def test_bool_flag_forms(argv: list[str], expected: bool) -> None:
+    assert load(*argv).oneshot is expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("60s", timedelta(seconds=60)),
+        ("1m30s", timedelta(seconds=90)),
+        ("1.5h", timedelta(minutes=90)),
+        ("250ms", timedelta(milliseconds=250)),
+        ("infinite", None),
+    ],
+)
+def test_sleep_interval_takes_go_durations_and_infinite(text: str, expected: timedelta | None) -> None:
+    assert load("--sleep-interval", text).sleep_interval == expected
+
+
+@pytest.mark.parametrize("value", ["-", ""])
+def test_dash_or_empty_output_means_stdout(value: str) -> None:
+    assert load("--output-file", value).output_file is None
+    assert load(GFD_OUTPUT_FILE=value).output_file is None
+
+
+def test_expiry_defaults_to_three_sleep_intervals_and_none_when_nothing_refreshes_it() -> None:
+    assert load().expiry == timedelta(minutes=3)
+    assert load("--sleep-interval", "10m").expiry == timedelta(minutes=30)
+    assert load("--oneshot").expiry is None  # a one-off job's labels are meant to stay
+    assert load("--sleep-interval", "infinite").expiry is None
+    assert load("--oneshot", "--expiry", "1h").expiry == timedelta(hours=1)
+    assert load("--expiry", "infinite").expiry is None
+
+
+def test_timestamp_label_only_when_asked_for_and_no_timestamp_wins() -> None:
+    assert load("--timestamp").label_timestamp is True
+    assert load("--timestamp", "--no-timestamp").label_timestamp is False
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "names"),
+    [
+        (["--sleep-interval", "soon"], {}, "--sleep-interval"),
+        (["--sleep-interval", "0s"], {}, "--sleep-interval"),
+        (["--sleep-interval", "-5s"], {}, "--sleep-interval"),
+        ([], {"GFD_SLEEP_INTERVAL": "5"}, "$GFD_SLEEP_INTERVAL"),
+        (["--mig-strategy", "both"], {}, "--mig-strategy"),
+        ([], {"GFD_ONESHOT": "maybe"}, "$GFD_ONESHOT"),
+        (["--fail-on-init-error=perhaps"], {}, "--fail-on-init-error"),
+        (["--backend", "cuda"], {}, "--backend"),
+        (["--metrics-address", "localhost"], {}, "--metrics-address"),
+        (["--no-such-flag"], {}, "--no-such-flag"),
+        (["--backend", "mock"], {}, "--mock-profile"),
+        (["--mock-profile", "p.yaml"], {}, "--backend mock"),
+    ],
+)
+def test_bad_values_are_one_line_naming_the_source(argv: list[str], env: dict[str, str], names: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(argv, env)
+    message = str(caught.value)
+    assert names in message
+    assert "\n" not in message
+
+
+def test_empty_variables_count_as_unset() -> None:
+    assert load(GFD_SLEEP_INTERVAL="", GFD_ONESHOT="").sleep_interval == timedelta(seconds=60)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (":9100", ("0.0.0.0", 9100)),
+        ("127.0.0.1:8080", ("127.0.0.1", 8080)),
+        ("9100", ("0.0.0.0", 9100)),
+        ("[::1]:9100", ("::1", 9100)),
+    ],
+)
+def test_metrics_address_forms(text: str, expected: tuple[str, int]) -> None:
+    assert parse_address(text) == expected
+
+
+# --- the NVIDIA device-plugin config file sits between the environment and the defaults ---
+
+CONFIG = """\
+version: v1
+flags:
+  migStrategy: mixed
+  failOnInitError: false
+  gfd:
+    oneshot: true
+    sleepInterval: 5m
+    outputFile: /tmp/from-file
+    machineTypeFile: /tmp/machine
+"""
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(CONFIG)
+    return path
+
+
+def test_config_file_values_apply_over_defaults(config_file: Path) -> None:
+    s = load("--config-file", str(config_file))
+    assert s.config_file == config_file
+    assert s.mig_strategy == "mixed"
+    assert s.fail_on_init_error is False
+    assert s.oneshot is True
+    assert s.sleep_interval == timedelta(minutes=5)
+    assert s.output_file == "/tmp/from-file"
+    assert s.machine_type_file == Path("/tmp/machine")
+
+
+def test_environment_and_command_line_beat_the_config_file(config_file: Path) -> None:
+    s = load_settings(
+        ["--config-file", str(config_file), "--mig-strategy", "single"],
+        {"GFD_SLEEP_INTERVAL": "30s", "GFD_OUTPUT_FILE": "-", "GFD_ONESHOT": "false"},
+    )
+    assert s.mig_strategy == "single"
+    assert s.sleep_interval == timedelta(seconds=30)
+    assert s.output_file is None
+    assert s.oneshot is False
+    assert s.fail_on_init_error is False  # only in the file
+
+
+def test_config_file_from_the_environment(config_file: Path) -> None:
+    assert load(GFD_CONFIG_FILE=str(config_file)).mig_strategy == "mixed"
+    assert load(CONFIG_FILE=str(config_file)).mig_strategy == "mixed"
+
+
+def test_a_bad_config_file_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("version: v1\nflags:\n  migStrategy: sometimes\n")
+    with pytest.raises(ConfigError) as caught:
+        load("--config-file", str(path))
+    assert str(path) in str(caught.value)
+    assert "migStrategy" in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_missing_config_file_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"absent\.yaml"):
+        load("--config-file", str(tmp_path / "absent.yaml"))
