@@ -1,0 +1,75 @@
+"""Golden label files: every shipped profile under every MIG strategy, plus sharing examples.
+
+Each golden file holds the sorted ``key=value`` lines ``build_labels`` gives
+for one case. After a deliberate label change, regenerate them with
+
+    UPDATE_GOLDEN=1 .venv/bin/pytest tests/gfd/test_golden.py -q
+
+and review the diff line by line before committing it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from gfd.labels import LabelOptions, build_labels
+from gfd.plugin_config import load_plugin_config
+from gfd.profile import load_profile
+
+ROOT = Path(__file__).resolve().parents[2]
+PROFILES = ROOT / "profiles"
+GOLDEN = Path(__file__).parent / "golden"
+STRATEGIES = ("none", "single", "mixed")
+
+# (profile, MIG strategy, sharing example under profiles/sharing/)
+SHARING_CASES = [
+    ("t4-cloud", "none", "time-slicing"),
+    ("t4-cloud", "none", "time-slicing-rename"),
+    ("t4-cloud", "none", "mps"),
+    ("dgx-a100-mig", "single", "time-slicing"),
+    ("dgx-a100-mig", "none", "mps"),
+    ("dgx-a100-mig-mixed", "mixed", "mig-mixed-time-slicing"),
+]
+
+
+def profile_names() -> list[str]:
+    return sorted(p.stem for p in PROFILES.glob("*.yaml"))
+
+
+def render(profile: str, strategy: str, sharing: str | None = None) -> str:
+    inv = load_profile(PROFILES / f"{profile}.yaml").to_inventory()
+    config = load_plugin_config(PROFILES / "sharing" / f"{sharing}.yaml").sharing if sharing else None
+    labels = build_labels(inv, LabelOptions(mig_strategy=strategy, sharing=config))  # type: ignore[arg-type]
+    return "".join(f"{key}={value}\n" for key, value in sorted(labels.items()))
+
+
+def check(name: str, text: str) -> None:
+    path = GOLDEN / f"{name}.labels"
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.write_text(text, encoding="utf-8")
+    assert path.exists(), f"no golden file {path.name}; run with UPDATE_GOLDEN=1 and review it"
+    assert text == path.read_text(encoding="utf-8")
+
+
+def test_the_shipped_profiles_are_all_covered() -> None:
+    assert {"rtx4090-gaming-pc", "t4-cloud", "dgx-a100-mig", "h100", "jetson-orin-nano"} <= set(profile_names())
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("profile", profile_names())
+def test_profile_labels_match_golden(profile: str, strategy: str) -> None:
+    check(f"{profile}.{strategy}", render(profile, strategy))
+
+
+@pytest.mark.parametrize(("profile", "strategy", "sharing"), SHARING_CASES)
+def test_sharing_labels_match_golden(profile: str, strategy: str, sharing: str) -> None:
+    check(f"{profile}.{strategy}.{sharing}", render(profile, strategy, sharing))
+
+
+def test_no_stale_golden_files() -> None:
+    expected = {f"{p}.{s}.labels" for p in profile_names() for s in STRATEGIES}
+    expected |= {f"{p}.{s}.{c}.labels" for p, s, c in SHARING_CASES}
+    assert {p.name for p in GOLDEN.glob("*.labels")} == expected
