@@ -1,0 +1,104 @@
+"""Reconciliation: the smallest patch, ownership, conflicts, grace, prune."""
+
+from __future__ import annotations
+
+from nfd_lite.policy import Policy
+from nfd_lite.reconciler import OWNED_ANNOTATION, NodeState, plan, prune_patch
+
+OTHER = {"kubernetes.io/hostname": "n1", "team.example.com/owner": "ml"}
+
+
+def node(labels: dict[str, str], owned: str | None = None, rv: str = "7") -> NodeState:
+    annotations = {"other/annotation": "x"}
+    if owned is not None:
+        annotations[OWNED_ANNOTATION] = owned
+    return NodeState({**OTHER, **labels}, annotations, rv)
+
+
+def test_first_sync_sets_labels_and_records_ownership() -> None:
+    result = plan({"nvidia.com/b": "2", "nvidia.com/a": "1"}, node({}))
+    assert result.patch == {
+        "metadata": {
+            "resourceVersion": "7",
+            "labels": {"nvidia.com/b": "2", "nvidia.com/a": "1"},
+            "annotations": {OWNED_ANNOTATION: "nvidia.com/a,nvidia.com/b"},
+        }
+    }
+
+
+def test_nothing_to_do_gives_no_patch() -> None:
+    assert plan({"nvidia.com/a": "1"}, node({"nvidia.com/a": "1"}, "nvidia.com/a")).patch is None
+    assert plan({}, node({})).patch is None
+
+
+def test_only_the_difference_is_sent() -> None:
+    current = node({"nvidia.com/a": "1", "nvidia.com/b": "2"}, "nvidia.com/a,nvidia.com/b")
+    result = plan({"nvidia.com/a": "1", "nvidia.com/b": "3", "nvidia.com/c": "4"}, current)
+    assert result.patch is not None
+    assert result.patch["metadata"]["labels"] == {"nvidia.com/b": "3", "nvidia.com/c": "4"}
+    assert result.patch["metadata"]["annotations"] == {OWNED_ANNOTATION: "nvidia.com/a,nvidia.com/b,nvidia.com/c"}
+
+
+def test_vanished_owned_labels_are_removed_and_others_never_touched() -> None:
+    current = node({"nvidia.com/a": "1", "nvidia.com/b": "2"}, "nvidia.com/a,nvidia.com/b")
+    result = plan({"nvidia.com/a": "1"}, current)
+    assert result.patch is not None
+    assert result.patch["metadata"]["labels"] == {"nvidia.com/b": None}
+    assert result.removed == ["nvidia.com/b"]
+    assert not set(result.patch["metadata"]["labels"]) & set(OTHER)
+
+
+def test_removing_the_last_owned_label_drops_the_annotation() -> None:
+    result = plan({}, node({"nvidia.com/a": "1"}, "nvidia.com/a"))
+    assert result.patch is not None
+    assert result.patch["metadata"]["annotations"] == {OWNED_ANNOTATION: None}
+
+
+def test_grace_keeps_owned_labels_until_files_are_seen() -> None:
+    current = node({"nvidia.com/a": "1"}, "nvidia.com/a")
+    assert plan({}, current, allow_removal=False).patch is None
+    result = plan({"nvidia.com/b": "2"}, current, allow_removal=False)
+    assert result.patch is not None
+    assert result.patch["metadata"]["labels"] == {"nvidia.com/b": "2"}
+    assert result.patch["metadata"]["annotations"] == {OWNED_ANNOTATION: "nvidia.com/a,nvidia.com/b"}
+
+
+def test_drift_is_repaired_for_owned_labels() -> None:
+    edited = node({"nvidia.com/a": "tampered"}, "nvidia.com/a")
+    deleted = node({}, "nvidia.com/a")
+    for current in (edited, deleted):
+        result = plan({"nvidia.com/a": "1"}, current)
+        assert result.patch is not None
+        assert result.patch["metadata"]["labels"] == {"nvidia.com/a": "1"}
+
+
+def test_a_label_set_by_someone_else_is_a_conflict_left_alone() -> None:
+    current = node({"nvidia.com/a": "theirs"})
+    result = plan({"nvidia.com/a": "ours", "nvidia.com/b": "1"}, current)
+    assert [(c.key, c.theirs, c.ours) for c in result.conflicts] == [("nvidia.com/a", "theirs", "ours")]
+    assert result.patch is not None
+    assert result.patch["metadata"]["labels"] == {"nvidia.com/b": "1"}
+    assert result.patch["metadata"]["annotations"] == {OWNED_ANNOTATION: "nvidia.com/b"}
+
+
+def test_overwrite_takes_the_conflicting_label() -> None:
+    result = plan({"nvidia.com/a": "ours"}, node({"nvidia.com/a": "theirs"}), overwrite=True)
+    assert result.conflicts == []
+    assert result.patch is not None
+    assert result.patch["metadata"]["labels"] == {"nvidia.com/a": "ours"}
+    assert result.patch["metadata"]["annotations"] == {OWNED_ANNOTATION: "nvidia.com/a"}
+
+
+def test_an_edited_annotation_cannot_make_it_delete_foreign_labels() -> None:
+    current = node({"nvidia.com/a": "1"}, "nvidia.com/a,kubernetes.io/hostname,team.example.com/owner")
+    result = plan({}, current, may_own=Policy().may_own)
+    assert result.patch is not None
+    assert result.patch["metadata"]["labels"] == {"nvidia.com/a": None}
+
+
+def test_prune_removes_owned_labels_and_the_record_only() -> None:
+    current = node({"nvidia.com/a": "1"}, "nvidia.com/a,nvidia.com/gone,kubernetes.io/hostname")
+    assert prune_patch(current, Policy().may_own) == {
+        "metadata": {"resourceVersion": "7", "labels": {"nvidia.com/a": None}, "annotations": {OWNED_ANNOTATION: None}}
+    }
+    assert prune_patch(node({"nvidia.com/a": "1"})) is None
