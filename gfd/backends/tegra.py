@@ -18,8 +18,6 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-import yaml
-
 from gfd.backends import tegra_files as tf
 from gfd.backends.errors import BackendError
 from gfd.inventory import Device, Inventory, JetsonFacts
@@ -111,6 +109,9 @@ DT_HINT = (
 @lru_cache(maxsize=1)
 def jetpack_table() -> dict[str, str]:
     """The shipped L4T -> JetPack table (gfd/data/l4t_jetpack.yaml)."""
+    # Imported here: `--backend auto` asks is_jetson() on every host, and only a Jetson needs YAML.
+    import yaml
+
     text = resources.files("gfd").joinpath("data/l4t_jetpack.yaml").read_text(encoding="utf-8")
     doc = yaml.safe_load(text)
     return {str(k): str(v) for k, v in doc["l4t_to_jetpack"].items()}
