@@ -55,7 +55,10 @@ def test_expiry_applies_to_the_following_features_and_past_ones_are_dropped() ->
     assert result.features["feature.node.kubernetes.io/before"].expires is None
 
 
-@pytest.mark.parametrize("line", ["# +expiry-time=tomorrow", "# +expiry-time=2026-01-01", "# +expiry-time", "# +bogus"])
+BAD = ["# +expiry-time=tomorrow", "# +expiry-time=2026-01-01", "# +expiry-time", "# +bogus"]
+
+
+@pytest.mark.parametrize("line", BAD)
 def test_bad_directives_are_rejected_with_their_line(line: str) -> None:
     result = parser.parse_text(f"a=1\n{line}\nb=2\n", "f", NOW)
     assert [(r.line, r.reason) for r in result.rejected] == [(2, parser.BAD_DIRECTIVE)]
@@ -63,7 +66,8 @@ def test_bad_directives_are_rejected_with_their_line(line: str) -> None:
 
 
 def test_invalid_keys_and_values_are_rejected_by_line() -> None:
-    result = parser.parse_text("ok=1\nbad key=1\nnvidia.com/x=" + "v" * 64 + "\nUPPER.Example/x=1\n", "f", NOW)
+    text = "ok=1\nbad key=1\nnvidia.com/x=" + "v" * 64 + "\nUPPER.Example/x=1\n"
+    result = parser.parse_text(text, "f", NOW)
     assert [(r.line, r.reason) for r in result.rejected] == [
         (2, parser.INVALID_KEY),
         (3, parser.INVALID_VALUE),

@@ -36,7 +36,8 @@ def test_only_the_difference_is_sent() -> None:
     result = plan({"nvidia.com/a": "1", "nvidia.com/b": "3", "nvidia.com/c": "4"}, current)
     assert result.patch is not None
     assert result.patch["metadata"]["labels"] == {"nvidia.com/b": "3", "nvidia.com/c": "4"}
-    assert result.patch["metadata"]["annotations"] == {OWNED_ANNOTATION: "nvidia.com/a,nvidia.com/b,nvidia.com/c"}
+    owned = "nvidia.com/a,nvidia.com/b,nvidia.com/c"
+    assert result.patch["metadata"]["annotations"] == {OWNED_ANNOTATION: owned}
 
 
 def test_vanished_owned_labels_are_removed_and_others_never_touched() -> None:
@@ -98,7 +99,6 @@ def test_an_edited_annotation_cannot_make_it_delete_foreign_labels() -> None:
 
 def test_prune_removes_owned_labels_and_the_record_only() -> None:
     current = node({"nvidia.com/a": "1"}, "nvidia.com/a,nvidia.com/gone,kubernetes.io/hostname")
-    assert prune_patch(current, Policy().may_own) == {
-        "metadata": {"resourceVersion": "7", "labels": {"nvidia.com/a": None}, "annotations": {OWNED_ANNOTATION: None}}
-    }
+    meta = {"resourceVersion": "7", "labels": {"nvidia.com/a": None}, "annotations": {OWNED_ANNOTATION: None}}
+    assert prune_patch(current, Policy().may_own) == {"metadata": meta}
     assert prune_patch(node({"nvidia.com/a": "1"})) is None
