@@ -1,0 +1,278 @@
+"""FakeApiServer: an in-process Kubernetes API server over real HTTP for tests.
+
+    with FakeApiServer() as api:
+        api.add_node("gpu-1")
+        token = api.token_for_service_account("gpu-labeller", "nfd-lite", node_name="gpu-1")
+        api.write_kubeconfig(tmp_path / "kubeconfig", token)
+
+Authorization evaluates the RBAC manifests in rbac/ (or `rbac_dir`), admission the
+ValidatingAdmissionPolicy found there. See docs/apiserver.md for the whole surface.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import yaml
+
+from tests.apiserver.admission import Admission
+from tests.apiserver.auth import Rbac, Tokens, UserInfo, service_account_user
+from tests.apiserver.faults import Fault, Faults
+from tests.apiserver.handler import Handler, RequestRecord
+from tests.apiserver.managed import record_update
+from tests.apiserver.patches import merge_patch
+from tests.apiserver.store import Store
+
+REPO_RBAC = Path(__file__).resolve().parents[2] / "rbac"
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # clients going away mid-answer are normal here
+
+
+class FakeApiServer:
+    def __init__(
+        self,
+        rbac_dir: Path | None = REPO_RBAC,
+        *,
+        admission: bool = True,
+        version: str = "1.32.0",
+        bookmark_interval: float = 1.0,
+        watch_timeout: float = 1800.0,
+    ) -> None:
+        self.store = Store()
+        self.tokens = Tokens()
+        self.faults = Faults()
+        self.rbac = Rbac.from_dir(rbac_dir) if rbac_dir else Rbac([])
+        self.admission = Admission.from_dir(rbac_dir) if rbac_dir and admission else Admission([])
+        self.version = version
+        self.bookmark_interval = (
+            bookmark_interval  # seconds between BOOKMARK events on watches that allow them
+        )
+        self.watch_timeout = watch_timeout  # upper bound for a watch without timeoutSeconds
+        self.requests: list[RequestRecord] = []
+        self._lock = threading.Condition()
+        self._open_watches = 0
+        self._connections: set[socket.socket] = set()
+        self._http: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def start(self) -> FakeApiServer:
+        handler = type("BoundHandler", (Handler,), {"api": self})
+        self._http = _Server(("127.0.0.1", 0), handler)
+        self._thread = threading.Thread(target=self._http.serve_forever, name="fake-apiserver", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.store.stop()
+        if self._http is not None:
+            self._http.shutdown()
+            with self._lock:
+                connections = list(self._connections)
+            for conn in connections:
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
+            self._http.server_close()
+            self._http = None
+
+    def __enter__(self) -> FakeApiServer:
+        return self.start()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    @property
+    def address(self) -> str:
+        assert self._http is not None, "server not started"
+        host, port = self._http.server_address[:2]
+        return f"{host!s}:{port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}"
+
+    # -- objects -----------------------------------------------------------------------------------
+    def add_node(
+        self,
+        name: str,
+        labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None,
+        allocatable: dict[str, str] | None = None,
+        taints: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        """A Node as a kubelet registers it. labels=None gives the kubelet's own labels (hostname, os, arch),
+        all owned by the manager "kubelet"; pass {} for a Node without labels."""
+        if labels is None:
+            labels = {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+            }
+        resources = allocatable or {"cpu": "8", "memory": "32Gi", "pods": "110"}
+        node: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": dict(labels), "annotations": dict(annotations or {})},
+            "spec": {"taints": list(taints)} if taints else {},
+            "status": {"allocatable": dict(resources), "capacity": dict(resources)},
+        }
+        empty: dict[str, Any] = {"metadata": {"name": name}}
+        record_update(empty, node, "kubelet")
+        return self.store.create("nodes", node)
+
+    def get_node(self, name: str) -> dict[str, Any]:
+        obj = self.store.get("nodes", name)
+        if obj is None:
+            raise KeyError(f"no node {name!r}")
+        return obj
+
+    def labels(self, name: str) -> dict[str, str]:
+        return dict(self.get_node(name)["metadata"].get("labels") or {})
+
+    def set_node_labels(
+        self,
+        name: str,
+        labels: dict[str, str | None],
+        *,
+        replace: bool = False,
+        manager: str = "kubectl-label",
+    ) -> dict[str, Any]:
+        """Out-of-band edit: merge `labels` into the Node's (None removes a key), or with replace=True make
+        them the whole label set. Bumps resourceVersion and emits a watch event (none if nothing changed)."""
+        if replace:
+            current = self.get_node(name)["metadata"].get("labels") or {}
+            patch: dict[str, Any] = dict.fromkeys(current) | dict(labels)
+        else:
+            patch = dict(labels)
+        return self.patch_node(name, {"metadata": {"labels": patch}}, manager=manager)
+
+    def patch_node(self, name: str, patch: dict[str, Any], *, manager: str = "kubectl") -> dict[str, Any]:
+        """Out-of-band JSON merge patch by an admin, bypassing RBAC and admission."""
+        with self.store.cond:
+            current = self.get_node(name)
+            new = merge_patch(current, patch)
+            record_update(current, new, manager)
+            return self.store.replace("nodes", current, new)
+
+    def delete_node(self, name: str) -> None:
+        self.store.delete("nodes", name)
+
+    def add_runtime_class(self, name: str, handler: str | None = None) -> dict[str, Any]:
+        obj = {
+            "apiVersion": "node.k8s.io/v1",
+            "kind": "RuntimeClass",
+            "metadata": {"name": name},
+            "handler": handler or name,
+        }
+        return self.store.create("runtimeclasses", obj)
+
+    @property
+    def resource_version(self) -> int:
+        return self.store.rv
+
+    # -- identities --------------------------------------------------------------------------------
+    def token_for_service_account(self, namespace: str, name: str, node_name: str | None = None) -> str:
+        """A bearer token for the service account; with node_name a pod-bound one carrying the node claim."""
+        node_uid = ""
+        if node_name and (node := self.store.get("nodes", node_name)):
+            node_uid = node["metadata"]["uid"]
+        return self.tokens.issue(service_account_user(namespace, name, node_name, node_uid))
+
+    def token_for_user(self, username: str, groups: tuple[str, ...] = ()) -> str:
+        return self.tokens.issue(UserInfo(username, (*groups, "system:authenticated")))
+
+    def admin_token(self) -> str:
+        return self.tokens.issue(UserInfo("kubernetes-admin", ("system:masters", "system:authenticated")))
+
+    def revoke_token(self, token: str) -> None:
+        """From now on the token is answered 401 (a rotated-away or expired token)."""
+        self.tokens.revoke(token)
+
+    def write_kubeconfig(self, path: Path | str, token: str) -> Path:
+        path = Path(path)
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "users": [{"name": "fake-user", "user": {"token": token}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake-user"}}],
+            "current-context": "fake",
+        }
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    # -- faults and observation --------------------------------------------------------------------
+    def inject(self, **fault: Any) -> Fault:
+        """Make the next matching request(s) fail; see Fault for the fields. Returns the Fault (`.hits`)."""
+        return self.faults.add(Fault(**fault))
+
+    def clear_faults(self) -> None:
+        self.faults.clear()
+
+    def drop_watches(self) -> None:
+        """End every open watch stream now (the client sees the response end, as after a server timeout)."""
+        self.store.drop_watches()
+
+    def compact(self) -> None:
+        """Forget the event history: a watch from any older resourceVersion is answered 410."""
+        self.store.compact()
+
+    def send_bookmarks(self) -> None:
+        """Make every open watch that allows bookmarks send one now."""
+        self.store.send_bookmarks()
+
+    def record(self, entry: RequestRecord) -> None:
+        with self._lock:
+            self.requests.append(entry)
+
+    def count(self, method: str | None = None, path: str | None = None, user: str | None = None) -> int:
+        with self._lock:
+            return sum(
+                1
+                for r in self.requests
+                if (method is None or r.method == method)
+                and (path is None or r.path == path)
+                and (user is None or r.user == user)
+            )
+
+    @property
+    def open_watches(self) -> int:
+        with self._lock:
+            return self._open_watches
+
+    def wait_for_watches(self, count: int = 1, timeout: float = 10.0) -> bool:
+        """Block until at least `count` watch streams are open (True) or the timeout passes (False)."""
+        with self._lock:
+            return self._lock.wait_for(lambda: self._open_watches >= count, timeout)
+
+    def watch_opened(self) -> None:
+        with self._lock:
+            self._open_watches += 1
+            self._lock.notify_all()
+
+    def watch_closed(self) -> None:
+        with self._lock:
+            self._open_watches -= 1
+            self._lock.notify_all()
+
+    def connection_opened(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._connections.add(conn)
+
+    def connection_closed(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._connections.discard(conn)
