@@ -1,0 +1,124 @@
+"""Layer 4: which CUDA versions can this driver run, and will the user's image (--cuda X.Y) run here?"""
+
+from __future__ import annotations
+
+import json
+
+from gfd.doctor.cuda_table import CudaVersion, load_table, parse_cuda, show_cuda, verdict
+from gfd.doctor.hostfs import read_text
+from gfd.doctor.model import Context, Finding
+from gfd.inventory import cuda_version_parts
+
+FORWARD_COMPAT = (
+    "on data-centre GPUs the image can instead carry NVIDIA's forward-compatibility package "
+    "(cuda-compat-{major}-{minor}) to run on an older supported driver branch; not on GeForce boards"
+)
+
+
+def check(ctx: Context) -> list[Finding]:
+    return check_jetson(ctx) if ctx.jetson else check_driver(ctx)
+
+
+def check_driver(ctx: Context) -> list[Finding]:
+    driver = ctx.nvml_version or ctx.kernel_version
+    if driver is None:
+        return [Finding("SKIP", "driver version unknown, so CUDA support cannot be judged")]
+    table = load_table()
+    reported = cuda_version_parts(ctx.cuda_driver_version) if ctx.cuda_driver_version else None
+    highest = reported or table.highest_supported(driver)
+    source = "as the driver reports" if reported else "from the CUDA release table"
+    if highest is None:
+        return [
+            Finding(
+                "FAIL",
+                f"driver {driver} is older than any CUDA 11+ release needs",
+                f"install a current driver (CUDA 12.x needs >= {table.minor_compat[12]})",
+            )
+        ]
+    compat_major = table.minor_compat.get(highest[0])
+    base = f"driver {driver} supports CUDA up to {show_cuda(highest)} ({source})"
+    if compat_major:
+        base += f"; any {highest[0]}.x image runs via minor-version compatibility"
+    if ctx.cuda is None:
+        return [Finding("PASS", base + "; pass --cuda X.Y to check a particular image")]
+    return [_image(ctx.cuda, driver, highest, reported, base)]
+
+
+def _image(
+    cuda: CudaVersion, driver: str, highest: CudaVersion, reported: CudaVersion | None, base: str
+) -> Finding:
+    table = load_table()
+    v = verdict(table, driver, cuda, reported)
+    want = show_cuda(cuda)
+    fwd = FORWARD_COMPAT.format(major=cuda[0], minor=cuda[1])
+    if v.kind == "full":
+        return Finding("PASS", f"a CUDA {want} image runs here with all features; {base}")
+    if v.kind == "minor-compat":
+        need = f" (all of {want}'s features need >= {v.needed})" if v.needed else ""
+        return Finding(
+            "WARN",
+            f"a CUDA {want} image runs through minor-version compatibility on driver {driver}{need}: "
+            "PTX newer than the driver cannot be JIT-compiled and the newest APIs are missing",
+            f"for the full feature set upgrade the driver{f' to >= {v.needed}' if v.needed else ''}; {fwd}",
+        )
+    if v.kind == "unknown":
+        return Finding(
+            "WARN",
+            f"CUDA {want} is not in the release table; {base}",
+            f"an image needs a driver that reports CUDA >= {want} (`nvidia-smi` top right)",
+        )
+    floor = v.compat_min or v.needed
+    return Finding(
+        "FAIL",
+        f"a CUDA {want} image will not run: it needs driver >= {floor}, this host has {driver} "
+        f"(highest CUDA here: {show_cuda(highest)}); the error in the pod is usually "
+        "'CUDA driver version is insufficient for CUDA runtime version'",
+        f"upgrade the driver to >= {v.needed or floor}, or build the image with CUDA <= "
+        f"{show_cuda(highest)}; " + fwd,
+    )
+
+
+def jetson_cuda(ctx: Context) -> CudaVersion | None:
+    """The CUDA release JetPack installed (usr/local/cuda*/version.json), as the tegra backend reads it."""
+    try:
+        from gfd.backends.tegra import TegraBackend
+
+        code = TegraBackend(ctx.host_root).probe().cuda_driver_version
+        return cuda_version_parts(code) if code else None
+    except Exception:  # no tegra backend: read the usual file ourselves
+        pass
+    text = read_text(ctx.path("usr/local/cuda/version.json"))
+    try:
+        version = str(json.loads(text or "")["cuda"]["version"])
+        return parse_cuda(".".join(version.split(".")[:2]))
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def check_jetson(ctx: Context) -> list[Finding]:
+    installed = jetson_cuda(ctx)
+    if installed is None and ctx.cuda_driver_version:
+        installed = cuda_version_parts(ctx.cuda_driver_version)
+    if installed is None:
+        return [
+            Finding(
+                "WARN",
+                "no CUDA found on this Jetson (no /usr/local/cuda/version.json)",
+                "CUDA comes with JetPack (`sudo apt install nvidia-jetpack`); containers get it from "
+                "the L4T image",
+            )
+        ]
+    base = f"JetPack installed CUDA {show_cuda(installed)}"
+    if ctx.cuda is None:
+        return [Finding("PASS", base + "; pass --cuda X.Y to check a particular image")]
+    want = show_cuda(ctx.cuda)
+    if ctx.cuda <= installed:
+        return [Finding("PASS", f"a CUDA {want} image runs here; {base}")]
+    return [
+        Finding(
+            "WARN",
+            f"a CUDA {want} image needs more than this Jetson's CUDA {show_cuda(installed)}",
+            "upgrade JetPack, or on Orin (JetPack 6) add the cuda-compat package for that release to "
+            "the image",
+        )
+    ]

@@ -1,0 +1,219 @@
+"""Layer 7: does Kubernetes see the GPU? Node labels, allocatable GPUs, the nvidia RuntimeClass.
+
+Read-only: two GETs (the Node, the RuntimeClass) with the official client.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from pathlib import Path
+from typing import Any
+
+from gfd.doctor.model import Context, Finding, Status
+
+IN_CLUSTER_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+KEY_LABELS = ("nvidia.com/gpu.present", "nvidia.com/gpu.count", "nvidia.com/gpu.product")
+IGNORED = ("nvidia.com/gfd.timestamp", "nvidia.com/gpu.replicas", "nvidia.com/gpu.sharing-strategy")
+TIMEOUT_S = 10
+
+
+def kubeconfig_path(ctx: Context) -> Path | None:
+    if ctx.kubeconfig is not None:
+        return ctx.kubeconfig
+    home = ctx.env.get("HOME")
+    for candidate in [
+        *ctx.env.get("KUBECONFIG", "").split(os.pathsep),
+        f"{home}/.kube/config" if home else "",
+    ]:
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    return None
+
+
+def in_cluster(ctx: Context) -> bool:
+    return bool(ctx.env.get("KUBERNETES_SERVICE_HOST")) and IN_CLUSTER_TOKEN.is_file()
+
+
+def skip_reason(ctx: Context) -> str | None:
+    if ctx.node or kubeconfig_path(ctx) or in_cluster(ctx):
+        return None
+    return "no kubeconfig or in-cluster config (pass --kubeconfig/--node to check the node in Kubernetes)"
+
+
+def node_name(ctx: Context) -> str:
+    return ctx.node or ctx.env.get("NODE_NAME") or socket.gethostname()
+
+
+def _client(ctx: Context) -> Any:
+    from kubernetes import client, config
+
+    path = kubeconfig_path(ctx)
+    if path is not None:
+        return config.new_client_from_config(config_file=str(path))
+    cfg = client.Configuration()
+    config.load_incluster_config(client_configuration=cfg)
+    return client.ApiClient(cfg)
+
+
+def check(ctx: Context) -> list[Finding]:
+    try:
+        from kubernetes import client
+        from kubernetes.client.rest import ApiException
+        from kubernetes.config.config_exception import ConfigException
+    except ImportError:
+        return [Finding("SKIP", "the kubernetes package is missing", "`pip install kubernetes`")]
+    name = node_name(ctx)
+    try:
+        api = _client(ctx)
+    except (ConfigException, OSError, ValueError) as err:
+        return [Finding("WARN", f"cannot use the Kubernetes config: {err}", "pass a working --kubeconfig")]
+    try:
+        node = client.CoreV1Api(api).read_node(name, _request_timeout=TIMEOUT_S)
+    except ApiException as err:
+        return [_api_error(err, f"node {name}")]
+    except Exception as err:  # connection refused, DNS, TLS: urllib3 raises many kinds
+        return [
+            Finding(
+                "FAIL", f"cannot reach the API server: {_short(err)}", "check the kubeconfig's server URL"
+            )
+        ]
+    labels: dict[str, str] = dict((node.metadata.labels if node.metadata else None) or {})
+    allocatable: dict[str, str] = dict((node.status.allocatable if node.status else None) or {})
+    findings = [check_labels(ctx, name, labels), check_allocatable(name, allocatable)]
+    try:
+        rc = client.NodeV1Api(api).read_runtime_class("nvidia", _request_timeout=TIMEOUT_S)
+        findings.append(
+            Finding("PASS", f"RuntimeClass nvidia exists (handler {rc.handler})", item="runtimeclass")
+        )
+    except ApiException as err:
+        if err.status != 404:
+            findings.append(_api_error(err, "RuntimeClass nvidia", item="runtimeclass"))
+        elif ctx.nvidia_runtime_default:
+            findings.append(
+                Finding(
+                    "PASS",
+                    "no RuntimeClass nvidia; not needed, nvidia is the default runtime on this node",
+                    item="runtimeclass",
+                )
+            )
+        else:
+            findings.append(
+                Finding(
+                    "FAIL",
+                    "no RuntimeClass nvidia, and nvidia is not the node's default runtime: GPU pods "
+                    "get no GPU",
+                    "create it: `kubectl apply -f -` with apiVersion node.k8s.io/v1, kind RuntimeClass, "
+                    "metadata.name nvidia, handler nvidia",
+                    item="runtimeclass",
+                )
+            )
+    except Exception as err:
+        findings.append(
+            Finding("FAIL", f"cannot read RuntimeClass nvidia: {_short(err)}", item="runtimeclass")
+        )
+    return findings
+
+
+def _short(err: Exception) -> str:
+    return " ".join(str(err).split())[:200]
+
+
+def _api_error(err: Any, what: str, item: str | None = None) -> Finding:
+    status = getattr(err, "status", None)
+    if status == 404:
+        return Finding(
+            "FAIL", f"{what} not found in the cluster", "pass --node with the Node's name", item=item
+        )
+    if status in (401, 403):
+        return Finding(
+            "FAIL",
+            f"the API server refused to show {what} (HTTP {status})",
+            "use credentials that may get nodes and runtimeclasses (read-only is enough)",
+            item=item,
+        )
+    return Finding("FAIL", f"reading {what} failed: HTTP {status} {getattr(err, 'reason', '')}", item=item)
+
+
+def _sanitise(name: str) -> str:
+    return re.sub(r"\s+", "-", re.sub(r"[^A-Za-z0-9\-_. ]", "", name).strip())
+
+
+def expected_labels(ctx: Context, node_labels: dict[str, str]) -> dict[str, str]:
+    """What gfd would label now: the labelers over a fresh probe, or the key facts if they are missing."""
+    try:
+        from gfd.backends import select_backend
+        from gfd.labels import LabelOptions, build_labels
+
+        backend = select_backend("auto", host_root=ctx.host_root, mock_profile=None, with_vgpu=False)
+        strategy = node_labels.get("nvidia.com/mig.strategy", "none")
+        opts = LabelOptions(mig_strategy=strategy, sharing=None, timestamp=None, with_vgpu=False)  # type: ignore[arg-type]
+        labels: dict[str, str] = build_labels(backend.probe(), opts)
+        return labels
+    except Exception:  # labelers not installed or probe failed: compare what this run saw
+        pass
+    out = {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.count": str(ctx.gpu_count)}
+    if ctx.nvml_gpu_names and len(set(ctx.nvml_gpu_names)) == 1:
+        out["nvidia.com/gpu.product"] = _sanitise(ctx.nvml_gpu_names[0])
+    return out
+
+
+def check_labels(ctx: Context, name: str, labels: dict[str, str]) -> Finding:
+    if "nvidia.com/gpu.present" not in labels:
+        return Finding(
+            "FAIL",
+            f"node {name} has none of this project's labels (no nvidia.com/gpu.present)",
+            "check that the gpu-labeller DaemonSet runs on this node: `kubectl -n gpu-labeller get "
+            "pods -o wide`",
+            item="labels",
+        )
+    if labels.get("nvidia.com/gpu.simulated") == "true":
+        return Finding(
+            "WARN",
+            f"node {name} carries simulated labels (mock backend)",
+            "run gfd with --backend auto on GPU nodes",
+            item="labels",
+        )
+    want = expected_labels(ctx, labels)
+    diffs: list[tuple[str, str | None, str]] = []
+    for key, value in sorted(want.items()):
+        have = labels.get(key)
+        if key in IGNORED:
+            continue
+        if key == "nvidia.com/gpu.product" and have is not None and have.removesuffix("-SHARED") == value:
+            continue
+        if have != value:
+            diffs.append((key, have, value))
+    if not diffs:
+        return Finding("PASS", f"node {name}: {len(want)} labels agree with what gfd sees now", item="labels")
+    shown = "; ".join(f"{k}: node has {h or '(none)'}, gfd sees {v}" for k, h, v in diffs[:4])
+    status: Status = "FAIL" if any(k in KEY_LABELS for k, _, _ in diffs) else "WARN"
+    return Finding(
+        status,
+        f"node {name} labels disagree with this host: {shown}",
+        "gfd rewrites labels every sleep interval; if they stay wrong, check the gfd pod's log",
+        item="labels",
+    )
+
+
+def check_allocatable(name: str, allocatable: dict[str, str]) -> Finding:
+    gpus = {k: v for k, v in allocatable.items() if k.startswith(("nvidia.com/gpu", "nvidia.com/mig-"))}
+    total = 0
+    for value in gpus.values():
+        try:
+            total += int(value)
+        except ValueError:
+            continue
+    if total > 0:
+        shown = ", ".join(f"{k}={v}" for k, v in sorted(gpus.items()))
+        return Finding("PASS", f"node {name} allocatable: {shown}", item="allocatable")
+    return Finding(
+        "FAIL",
+        f"node {name} offers no nvidia.com/gpu (allocatable: {gpus or 'none'}): the device plugin has "
+        "not registered",
+        "check the NVIDIA device plugin pod on this node (`kubectl -n kube-system get pods -o wide | "
+        "grep nvidia`) "
+        "and its log",
+        item="allocatable",
+    )

@@ -1,0 +1,102 @@
+"""The doctor's data: what each check found, and the facts layers hand upwards."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from gfd.inventory import JetsonFacts
+
+Status = Literal["PASS", "WARN", "FAIL", "SKIP"]
+STATUSES: tuple[Status, ...] = ("PASS", "WARN", "FAIL", "SKIP")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing a layer looked at. ``item`` names the part when a layer has several (e.g. "containerd")."""
+
+    status: Status
+    evidence: str
+    fix: str | None = None
+    item: str | None = None
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the report."""
+
+    layer: int
+    name: str
+    purpose: str  # what the layer is for, in a few words for someone new to GPUs
+    status: Status
+    evidence: str
+    fix: str | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "layer": self.layer,
+            "name": self.name,
+            "purpose": self.purpose,
+            "status": self.status,
+            "evidence": self.evidence,
+            "fix": self.fix,
+        }
+
+
+@dataclass(frozen=True)
+class PciGpu:
+    address: str  # "0000:3b:00.0"
+    device_id: int | None
+    pci_class: int | None
+
+    @property
+    def kind(self) -> str:
+        if self.pci_class is None:
+            return "unknown class"
+        return {0x0300: "VGA controller", 0x0302: "3D controller"}.get(self.pci_class >> 8, "other")
+
+
+@dataclass
+class Context:
+    """Inputs from the command line plus facts lower layers found, for the layers above."""
+
+    host_root: Path
+    cuda: tuple[int, int] | None = None
+    node: str | None = None
+    kubeconfig: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    # filled in as the layers run
+    jetson: bool = False
+    jetson_facts: JetsonFacts | None = None
+    pci_gpus: list[PciGpu] = field(default_factory=list)
+    kernel_version: str | None = None
+    nvml_version: str | None = None
+    cuda_driver_version: int | None = None  # NVML's integer, 12040 = CUDA 12.4
+    nvml_gpu_names: list[str] = field(default_factory=list)
+    nvidia_runtime_default: bool = False
+
+    def path(self, rel: str) -> Path:
+        return self.host_root / rel.lstrip("/")
+
+    def shown(self, rel: str) -> str:
+        """A path as the user should read it: host paths as on the host."""
+        return "/" + rel.lstrip("/")
+
+    @property
+    def gpu_count(self) -> int:
+        if self.nvml_gpu_names:
+            return len(self.nvml_gpu_names)
+        if self.jetson:
+            return 1
+        return len(self.pci_gpus)
+
+
+@dataclass(frozen=True)
+class Layer:
+    number: int
+    name: str
+    purpose: str
+    run: Callable[[Context], list[Finding]]
+    skip_reason: Callable[[Context], str | None] | None = None  # layers that only apply sometimes
