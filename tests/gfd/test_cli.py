@@ -1,0 +1,221 @@
+"""The ``gfd`` command as a user runs it: output, exit status, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+import types
+import urllib.request
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import pytest
+
+from gfd import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+PROFILES = Path(__file__).parent / "profiles_cli"
+T4 = PROFILES / "one-t4.yaml"
+
+
+def gfd(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gfd", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=env,
+    )
+
+
+def test_the_console_script_is_gfd_cli_main() -> None:
+    (script,) = [e for e in entry_points(group="console_scripts") if e.name == "gfd"]
+    assert script.value == "gfd.cli:main"
+
+
+def test_readme_command_prints_the_labels_of_the_bundled_dgx() -> None:
+    run = gfd(
+        "--oneshot", "--backend", "mock", "--mock-profile", "profiles/dgx-a100-mig.yaml", "--output-file", "-"
+    )
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("# ")
+    labels = dict(line.split("=", 1) for line in lines if not line.startswith("#"))
+    assert labels["nvidia.com/gpu.simulated"] == "true"
+    assert labels["nvidia.com/gpu.present"] == "true"
+    assert labels["nvidia.com/mig.capable"] == "true"
+    assert list(labels) == sorted(labels)
+    assert "expiry-time" not in run.stdout  # a one-off run's labels do not expire
+
+
+def test_oneshot_writes_the_file_and_exits(tmp_path: Path) -> None:
+    out = tmp_path / "source.d" / "gfd"
+    run = gfd("--oneshot", "--backend", "mock", "--mock-profile", str(T4), "-o", str(out))
+    assert run.returncode == 0, run.stderr
+    assert "nvidia.com/gpu.product=Tesla-T4\n" in out.read_text()
+    assert run.stdout == ""
+
+
+def test_flags_come_from_the_environment_too(tmp_path: Path) -> None:
+    env = {
+        "GFD_ONESHOT": "true",
+        "GFD_BACKEND": "mock",
+        "GFD_MOCK_PROFILE": str(T4),
+        "GFD_OUTPUT_FILE": "-",
+        "GFD_TIMESTAMP": "true",
+        "PATH": "/usr/bin:/bin",
+    }
+    run = gfd(env=env)
+    assert run.returncode == 0, run.stderr
+    assert "nvidia.com/gfd.timestamp=" in run.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--sleep-interval", "often"], "--sleep-interval"),
+        (["--mig-strategy=all"], "--mig-strategy"),
+        (["--frobnicate"], "--frobnicate"),
+        (["--backend", "mock"], "--mock-profile"),
+        (["--backend", "mock", "--mock-profile", str(PROFILES / "broken.yaml")], "devices.0.memory_mib"),
+        (["--backend", "mock", "--mock-profile", str(PROFILES / "absent.yaml")], "absent.yaml"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args: list[str], expected: str) -> None:
+    run = gfd("--oneshot", "-o", "-", *args)
+    assert run.returncode == 2
+    assert run.stdout == ""
+    assert run.stderr.startswith("gfd: error: ")
+    assert expected in run.stderr
+    assert run.stderr.count("\n") == 1
+
+
+def test_a_malformed_config_file_is_exit_2_with_the_field(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("version: v1\nflags:\n  gfd:\n    sleepInterval: whenever\n")
+    run = gfd("--oneshot", "--backend", "mock", "--mock-profile", str(T4), "--config-file", str(config))
+    assert run.returncode == 2
+    assert "flags.gfd.sleepInterval" in run.stderr
+    assert run.stderr.count("\n") == 1
+
+
+def test_config_file_sharing_reaches_the_labels(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+        "      - name: nvidia.com/gpu\n        replicas: 4\n"
+    )
+    run = gfd(
+        "--oneshot", "--backend", "mock", "--mock-profile", str(T4), "-o", "-", "--config-file", str(config)
+    )
+    assert run.returncode == 0, run.stderr
+    assert "nvidia.com/gpu.replicas=4\n" in run.stdout
+    assert "nvidia.com/gpu.sharing-strategy=time-slicing\n" in run.stdout
+
+
+def test_no_nvml_library_is_one_line_naming_the_layer_and_exit_1() -> None:
+    run = gfd("--oneshot", "--backend", "nvml", "-o", "-")
+    assert run.returncode == 1
+    assert run.stdout == ""
+    assert run.stderr.count("\n") == 1
+    assert "Traceback" not in run.stderr
+    assert "libnvidia-ml.so.1" in run.stderr
+    assert any(f"error: {layer}:" in run.stderr for layer in ("nvml", "container-toolkit", "driver"))
+
+
+def test_help_lists_the_environment_variables() -> None:
+    run = gfd("--help")
+    assert run.returncode == 0
+    for name in (
+        "$GFD_ONESHOT",
+        "$GFD_SLEEP_INTERVAL",
+        "$GFD_OUTPUT_FILE",
+        "$GFD_MIG_STRATEGY",
+        "$GFD_FAIL_ON_INIT_ERROR",
+        "$GFD_NO_TIMESTAMP",
+        "$GFD_MACHINE_TYPE_FILE",
+        "$GFD_CONFIG_FILE",
+    ):
+        assert name in run.stdout
+
+
+def test_doctor_is_dispatched_with_its_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[list[str]] = []
+
+    def doctor_main(argv: list[str]) -> int:
+        seen.append(list(argv))
+        return 7
+
+    fake = types.ModuleType("gfd.doctor.cli")
+    fake.main = doctor_main  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "gfd.doctor.cli", fake)
+    assert cli.main(["doctor", "--json", "--host-root", "/host"]) == 7
+    assert seen == [["--json", "--host-root", "/host"]]
+
+
+def test_a_oneshot_run_loads_neither_nvml_nor_prometheus_nor_doctor() -> None:
+    code = (
+        "import sys, json\n"
+        "from gfd.cli import main\n"
+        f"rc = main(['--oneshot', '--backend', 'mock', '--mock-profile', {str(T4)!r}, '-o', '-'])\n"
+        "mods = [m for m in sys.modules if m.split('.')[0] in ('pynvml', 'prometheus_client')"
+        " or m.startswith('gfd.doctor')]\n"
+        "print(json.dumps({'rc': rc, 'mods': mods}), file=sys.stderr)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert json.loads(run.stderr.strip().splitlines()[-1]) == {"rc": 0, "mods": []}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_metrics_are_served_only_on_the_given_address(tmp_path: Path) -> None:
+    port = free_port()
+    out = tmp_path / "gfd"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gfd",
+            "--backend",
+            "mock",
+            "--mock-profile",
+            str(T4),
+            "-o",
+            str(out),
+            "--sleep-interval",
+            "50ms",
+            "--metrics-address",
+            f"127.0.0.1:{port}",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    try:
+        body = ""
+        deadline = time.monotonic() + 30
+        while "gfd_file_writes_total 1.0" not in body:
+            assert time.monotonic() < deadline, body
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+                    body = resp.read().decode()
+            except OSError:
+                time.sleep(0.05)
+        assert "gfd_passes_total" in body
+        assert "gfd_labels " in body
+        assert "gfd_last_success_timestamp_seconds" in body
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=20)
+    assert proc.returncode == 0

@@ -1,0 +1,248 @@
+"""The daemon loop against the mock backend: what lands in the feature file, and when."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from gfd.backends.errors import BackendError
+from gfd.config import Settings, load_settings
+from gfd.daemon import Daemon
+from gfd.inventory import Inventory
+from gfd.metrics import PrometheusMetrics
+from gfd.writer import read_feature_file
+
+PROFILES = Path(__file__).parent / "profiles_cli"
+T0 = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def profile(tmp_path: Path) -> Path:
+    path = tmp_path / "node.yaml"
+    shutil.copy(PROFILES / "one-t4.yaml", path)
+    return path
+
+
+def settings(profile: Path, out: Path, *extra: str) -> Settings:
+    argv = ["--backend", "mock", "--mock-profile", str(profile), "--output-file", str(out), *extra]
+    return load_settings(argv, {})
+
+
+def file_state(path: Path) -> tuple[int, int]:
+    st = path.stat()
+    return st.st_ino, st.st_mtime_ns
+
+
+def test_first_pass_writes_labels_with_an_expiry_three_intervals_ahead(profile: Path, tmp_path: Path) -> None:
+    out = tmp_path / "features" / "gfd"
+    result = Daemon(settings(profile, out), clock=Clock()).run_pass()
+    assert result.ok and result.written
+    labels, expiry = read_feature_file(out) or ({}, None)
+    assert labels["nvidia.com/gpu.product"] == "Tesla-T4"
+    assert labels["nvidia.com/gpu.simulated"] == "true"
+    assert expiry == T0 + timedelta(minutes=3)
+
+
+def test_file_is_rewritten_only_when_labels_change(profile: Path, tmp_path: Path) -> None:
+    out = tmp_path / "gfd"
+    clock = Clock()
+    daemon = Daemon(settings(profile, out, "--expiry", "1h"), clock=clock)
+    daemon.run_pass()
+    before = file_state(out)
+    for _ in range(5):
+        clock.advance(60)
+        assert daemon.run_pass().written is False
+    assert file_state(out) == before
+
+    shutil.copy(PROFILES / "two-t4.yaml", profile)  # a GPU appears
+    clock.advance(60)
+    assert daemon.run_pass().written is True
+    assert (read_feature_file(out) or ({}, None))[0]["nvidia.com/gpu.count"] == "2"
+
+
+def test_expiry_is_pushed_forward_before_it_can_lapse(profile: Path, tmp_path: Path) -> None:
+    out = tmp_path / "gfd"
+    clock = Clock()
+    daemon = Daemon(settings(profile, out), clock=clock)  # 60s interval, 3m expiry
+    writes = []
+    for _ in range(10):
+        writes.append(daemon.run_pass().written)
+        _, expiry = read_feature_file(out) or ({}, None)
+        assert expiry is not None
+        # Even if the next pass comes late by half an interval, the labels are still valid then.
+        assert expiry - clock.now > timedelta(seconds=90)
+        clock.advance(60)
+    assert writes == [True, False, True, False, True, False, True, False, True, False]
+
+
+def test_a_restarted_daemon_does_not_rewrite_an_up_to_date_file(profile: Path, tmp_path: Path) -> None:
+    out = tmp_path / "gfd"
+    clock = Clock()
+    Daemon(settings(profile, out), clock=clock).run_pass()
+    before = file_state(out)
+    clock.advance(20)
+    assert Daemon(settings(profile, out), clock=clock).run_pass().written is False
+    assert file_state(out) == before
+
+
+def test_failed_probe_keeps_the_last_good_labels_untouched(profile: Path, tmp_path: Path) -> None:
+    out = tmp_path / "gfd"
+    clock = Clock()
+    metrics = PrometheusMetrics()
+    daemon = Daemon(settings(profile, out, "--fail-on-init-error=false"), clock=clock, metrics=metrics)
+    daemon.run_pass()
+    good = out.read_text()
+
+    shutil.copy(PROFILES / "broken.yaml", profile)
+    for _ in range(4):  # past the point where the expiry would have been pushed
+        clock.advance(60)
+        result = daemon.run_pass()
+        assert not result.ok
+        assert result.layer == "profile"
+        assert result.error is not None and "memory_mib" in result.error
+    assert out.read_text() == good  # neither wrong labels nor a fresh expiry
+
+    shutil.copy(PROFILES / "one-t4.yaml", profile)
+    clock.advance(60)
+    result = daemon.run_pass()
+    assert result.ok and result.written  # back, with the expiry pushed forward again
+    assert (read_feature_file(out) or ({}, None))[1] == clock.now + timedelta(minutes=3)
+    sample = metrics.registry.get_sample_value
+    assert sample("gfd_errors_total", {"layer": "profile"}) == 4
+    assert sample("gfd_passes_total") == 6
+    assert sample("gfd_file_writes_total") == 2
+    assert sample("gfd_labels") == len(result.labels or {})
+    assert sample("gfd_last_success_timestamp_seconds") == clock.now.timestamp()
+
+
+def test_backend_is_detected_again_after_a_failure(profile: Path, tmp_path: Path) -> None:
+    # As when the driver is installed after the pod started: the first passes find nothing.
+    out = tmp_path / "gfd"
+    inventory = Inventory(backend="mock", driver_version="550.54.15", cuda_driver_version=12040)
+    calls: list[str] = []
+    answers: list[Callable[[], Inventory]] = []
+
+    class Flaky:
+        name = "mock"
+
+        def probe(self) -> Inventory:
+            return answers.pop(0)()
+
+    def detect(name: str, **kwargs: object) -> tuple[Flaky, None]:
+        calls.append(name)
+        if len(calls) < 3:
+            raise BackendError("driver", "NVIDIA driver not loaded")
+        return Flaky(), None
+
+    def lost() -> Inventory:
+        raise BackendError("hardware", "GPU 0 fell off the bus")
+
+    answers[:] = [lambda: inventory, lost, lambda: inventory]
+    daemon = Daemon(settings(profile, out, "--fail-on-init-error=false"), clock=Clock(), detect_fn=detect)
+    assert [daemon.run_pass().ok for _ in range(3)] == [False, False, True]
+    assert out.exists()
+    assert daemon.run_pass().ok is False  # the probe failed: detect again next time
+    assert daemon.run_pass().ok is True
+    assert len(calls) == 4
+
+
+def test_machine_type_file_fills_in_what_the_backend_left_open(tmp_path: Path) -> None:
+    profile = tmp_path / "node.yaml"
+    profile.write_text((PROFILES / "one-t4.yaml").read_text().replace("machine: Test Box\n", ""))
+    machine = tmp_path / "product_name"
+    machine.write_text("PowerEdge R750xa\n")
+    out = tmp_path / "gfd"
+    daemon = Daemon(settings(profile, out, "--machine-type-file", str(machine)), clock=Clock())
+    assert (daemon.run_pass().labels or {})["nvidia.com/gpu.machine"] == "PowerEdge-R750xa"
+
+
+def test_a_fatal_first_failure_ends_the_loop_with_status_1_and_no_file(tmp_path: Path) -> None:
+    out = tmp_path / "gfd"
+    daemon = Daemon(settings(tmp_path / "absent.yaml", out), clock=Clock())
+    assert daemon.run() == 1
+    assert not out.exists()
+
+
+def test_after_a_success_failures_are_retried_even_when_init_errors_are_fatal(
+    profile: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "gfd"
+    daemon = Daemon(settings(profile, out, "--sleep-interval", "10ms"))
+    status: list[int] = []
+    thread = threading.Thread(target=lambda: status.append(daemon.run()))
+    thread.start()
+    try:
+        wait_for(out.exists)
+        shutil.copy(PROFILES / "broken.yaml", profile)
+        wait_for(lambda: daemon._last_error is not None)
+        shutil.copy(PROFILES / "two-t4.yaml", profile)
+        wait_for(lambda: "nvidia.com/gpu.count=2" in out.read_text())
+    finally:
+        daemon.stop()
+        thread.join(10)
+    assert status == [0]
+    assert out.exists()
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached")
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_ends_the_daemon_cleanly_and_leaves_the_file(
+    signum: int, profile: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "gfd"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gfd",
+            "--backend",
+            "mock",
+            "--mock-profile",
+            str(profile),
+            "--output-file",
+            str(out),
+            "--sleep-interval",
+            "50ms",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(out.exists)
+        written = out.read_text()
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0
+    assert out.read_text() == written
+    assert "Traceback" not in err
+    assert "stays in place" in err
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
