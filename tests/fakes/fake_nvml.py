@@ -216,7 +216,15 @@ class FakeNvml:
         return gpu
 
     def write_host_root(self, root: Path) -> Path:
-        """Lay out the sysfs files the backend reads beside NVML: PCI class and config space."""
+        """Lay out the host files read beside NVML: PCI class and config space, kernel module version."""
+        if not self.driver_not_loaded and self.profile.driver_version is not None:
+            proc = root / "proc/driver/nvidia"
+            proc.mkdir(parents=True, exist_ok=True)
+            (proc / "version").write_text(
+                f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {self.profile.driver_version}  "
+                "Release Build  (dvs-builder@U16-T02-35-3)  Tue Mar  5 22:23:56 UTC 2024\n"
+                "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n"
+            )
         for gpu in self.gpus:
             d = root / "sys/bus/pci/devices" / sysfs_bus_id(gpu.bus_id)
             d.mkdir(parents=True, exist_ok=True)
@@ -225,7 +233,9 @@ class FakeNvml:
             (d / "vendor").write_text("0x10de\n")
             vgpu = gpu.spec.vgpu
             config = (
-                _vgpu_config(vgpu.host_driver_version, vgpu.host_driver_branch) if vgpu else _plain_config()
+                vgpu_config_space(vgpu.host_driver_version, vgpu.host_driver_branch)
+                if vgpu
+                else plain_config_space()
             )
             (d / "config").write_bytes(config)
         return root
@@ -688,15 +698,15 @@ def _gi_profile_id(m: MigDeviceProfile, used: dict[tuple[int, str], list[int]]) 
     return ids[min(seen.index(m.memory_mib), len(ids) - 1)]
 
 
-def _plain_config() -> bytes:
+def plain_config_space() -> bytes:
     config = bytearray(256)
     config[0:4] = bytes([0xDE, 0x10, 0xB0, 0x20])  # vendor 10de, some device id
     return bytes(config)
 
 
-def _vgpu_config(version: str | None, branch: str | None) -> bytes:
+def vgpu_config_space(version: str | None, branch: str | None) -> bytes:
     """PCI config space of a vGPU guest device: an NVIDIA vendor capability signed "VF"."""
-    config = bytearray(_plain_config())
+    config = bytearray(plain_config_space())
     config[6] |= 0x10  # status: capability list present
     config[0x34] = 0x40  # first capability
     record = bytes([0x00, 22]) + (version or "").encode()[:10].ljust(10, b"\0")

@@ -1,0 +1,309 @@
+"""The NVML backend: what the NVIDIA driver reports, through the official bindings (nvidia-ml-py).
+
+One probe opens NVML, reads the driver, every GPU and its MIG devices, and always closes it
+again. A fact a GPU does not support (NotSupported, or a symbol an older driver lacks) is
+left unknown with a warning; only a broken stack fails the probe, with one ``BackendError``
+line naming the broken layer. ``pynvml`` is imported inside ``probe`` so that choosing
+another backend never loads it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any, TypeVar
+
+from gfd.backends import nvml_facts as facts
+from gfd.backends.errors import BackendError
+from gfd.backends.nvml_errors import init_error, probe_error
+from gfd.inventory import Device, Inventory, MigDevice
+
+T = TypeVar("T")
+
+_FABRIC_STATE_COMPLETED = 3
+
+
+class _Unsupported(Exception):
+    """An optional fact this GPU or driver does not report."""
+
+
+class NvmlBackend:
+    name = "nvml"
+
+    def __init__(self, with_vgpu: bool = False, host_root: Path = Path("/")) -> None:
+        self.with_vgpu = with_vgpu
+        self.host_root = Path(host_root)
+
+    def probe(self) -> Inventory:
+        import pynvml  # lazy: the tegra and mock backends must not need it
+
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as err:
+            raise init_error(err.value, self.host_root) from None
+        try:
+            return _Probe(pynvml, self).run()
+        except pynvml.NVMLError as err:  # a required call failed outside any device context
+            raise probe_error(err.value, "reading the device list", None) from None
+        finally:
+            # The probe's own result (or error) matters more than a failed close.
+            with contextlib.suppress(pynvml.NVMLError):
+                pynvml.nvmlShutdown()
+
+
+class _Probe:
+    """One pass over NVML; collects warnings for facts left unknown."""
+
+    def __init__(self, nvml: ModuleType, backend: NvmlBackend) -> None:
+        self.nvml = nvml
+        self.backend = backend
+        self.warnings: list[str] = []
+        self._gi_profiles: dict[tuple[int, int], Any] = {}
+        self._ci_profiles: dict[tuple[int, int, int], Any] = {}
+
+    def call(self, what: str, gpu: int | None, fn: Callable[..., T], *args: Any) -> T:
+        """A required call: any NVML error fails the probe, named by layer and GPU."""
+        try:
+            return fn(*args)
+        except self.nvml.NVMLError as err:
+            raise probe_error(err.value, what, gpu) from None
+
+    def optional(self, what: str, gpu: int | None, fn: Callable[..., T], *args: Any) -> T | None:
+        """An optional fact: NotSupported / FunctionNotFound leave it unknown, with a warning."""
+        try:
+            return self._maybe(what, gpu, fn, *args)
+        except _Unsupported:
+            where = f"GPU {gpu}: " if gpu is not None else ""
+            self.warnings.append(f"{where}{what} not reported by this driver/GPU; left unknown")
+            return None
+
+    def _maybe(self, what: str, gpu: int | None, fn: Callable[..., T], *args: Any) -> T:
+        n = self.nvml
+        try:
+            return fn(*args)
+        except (n.NVMLError_NotSupported, n.NVMLError_FunctionNotFound):
+            raise _Unsupported(what) from None
+        except n.NVMLError as err:
+            raise probe_error(err.value, what, gpu) from None
+
+    def run(self) -> Inventory:
+        n = self.nvml
+        driver = self.optional("driver version", None, n.nvmlSystemGetDriverVersion)
+        cuda = self.optional("CUDA driver version", None, n.nvmlSystemGetCudaDriverVersion)
+        count = self.call("device count", None, n.nvmlDeviceGetCount)
+        devices = tuple(self.device(i) for i in range(count))
+        return Inventory(
+            backend="nvml",
+            driver_version=driver,
+            cuda_driver_version=cuda,
+            devices=devices,
+            warnings=tuple(self.warnings),
+        )
+
+    def device(self, i: int) -> Device:
+        n = self.nvml
+        h = self.call("device handle", i, n.nvmlDeviceGetHandleByIndex, i)
+        name = self.call("device name", i, n.nvmlDeviceGetName, h)
+        memory = self.optional("memory size", i, n.nvmlDeviceGetMemoryInfo, h)
+        total_bytes = int(memory.total) if memory is not None else None
+        cc = self.optional("compute capability", i, n.nvmlDeviceGetCudaComputeCapability, h)
+        pci = self.optional("PCI info", i, n.nvmlDeviceGetPciInfo, h)
+        bus_id = _text(pci.busId) if pci is not None else None
+        sysfs_dir = self._sysfs_dir(bus_id)
+        mig_capable, mig_enabled, migs = self.mig(i, h, total_bytes)
+        return Device(
+            index=i,
+            name=name,
+            uuid=self.optional("UUID", i, n.nvmlDeviceGetUUID, h),
+            memory_mib=total_bytes // facts.MIB if total_bytes is not None else None,
+            compute_capability=(int(cc[0]), int(cc[1])) if cc is not None else None,
+            pci_class=self._pci_class(i, sysfs_dir),
+            pci_bus_id=bus_id,
+            mig_capable=mig_capable,
+            mig_enabled=mig_enabled,
+            mig_devices=migs,
+            clique=self.clique(i, h),
+            vgpu=self._vgpu(i, sysfs_dir) if self.backend.with_vgpu else None,
+        )
+
+    # ---- MIG ----------------------------------------------------------------------------------
+
+    def mig(self, i: int, h: Any, total_bytes: int | None) -> tuple[bool, bool, tuple[MigDevice, ...]]:
+        n = self.nvml
+        try:
+            current, pending = self._maybe("MIG mode", i, n.nvmlDeviceGetMigMode, h)
+        except _Unsupported:
+            return False, False, ()  # NotSupported here means: this GPU cannot do MIG
+        enabled = current == n.NVML_DEVICE_MIG_ENABLE
+        if pending != current:
+            self.warnings.append(f"GPU {i}: MIG mode change pending; reset the GPU or reboot to apply it")
+        if not enabled:
+            return True, False, ()
+        slots = self.call("MIG device count", i, n.nvmlDeviceGetMaxMigDeviceCount, h)
+        migs = []
+        for j in range(slots):
+            try:
+                m = n.nvmlDeviceGetMigDeviceHandleByIndex(h, j)
+            except n.NVMLError_NotFound:
+                continue  # an empty slot: fewer MIG devices than the GPU could hold
+            except n.NVMLError as err:
+                raise probe_error(err.value, f"MIG device {j}", i) from None
+            migs.append(self.mig_device(i, h, m, total_bytes))
+        return True, True, tuple(migs)
+
+    def mig_device(self, i: int, parent: Any, m: Any, total_bytes: int | None) -> MigDevice:
+        n = self.nvml
+        what = "MIG device"
+        attrs = self.call(what + " attributes", i, n.nvmlDeviceGetAttributes, m)
+        gi = self.call(
+            what,
+            i,
+            n.nvmlDeviceGetGpuInstanceById,
+            parent,
+            self.call(what, i, n.nvmlDeviceGetGpuInstanceId, m),
+        )
+        gi_info = self.call(what, i, n.nvmlGpuInstanceGetInfo, gi)
+        ci = self.call(
+            what,
+            i,
+            n.nvmlGpuInstanceGetComputeInstanceById,
+            gi,
+            self.call(what, i, n.nvmlDeviceGetComputeInstanceId, m),
+        )
+        ci_info = self.call(what, i, n.nvmlComputeInstanceGetInfo, ci)
+        profile = self._profile_name(
+            i, parent, gi, int(gi_info.profileId), int(ci_info.profileId), total_bytes, attrs
+        )
+        return MigDevice(
+            profile=profile,
+            memory_mib=int(attrs.memorySizeMB),
+            multiprocessors=int(attrs.multiprocessorCount),
+            gi_slices=int(attrs.gpuInstanceSliceCount),
+            ci_slices=int(attrs.computeInstanceSliceCount),
+            copy_engines=int(attrs.sharedCopyEngineCount),
+            decoders=int(attrs.sharedDecoderCount),
+            encoders=int(attrs.sharedEncoderCount),
+            jpegs=int(attrs.sharedJpegCount),
+            ofas=int(attrs.sharedOfaCount),
+        )
+
+    def _profile_name(
+        self, i: int, parent: Any, gi: Any, gi_pid: int, ci_pid: int, total_bytes: int | None, attrs: Any
+    ) -> str:
+        # As NVIDIA's tooling does: find the GPU and compute instance profiles whose ids match
+        # the instance's, then name the profile from those ids and the memory share.
+        gi_index, gi_prof = self._find_gi_profile(i, parent, gi_pid)
+        ci_index = self._find_ci_profile(i, gi, gi_index, ci_pid)
+        if total_bytes is not None and gi_index is not None and ci_index is not None:
+            try:
+                return facts.mig_profile_name(gi_index, ci_index, total_bytes, int(attrs.memorySizeMB))
+            except ValueError:
+                pass  # an id newer than our table: fall back to the name NVML gives
+        named = facts.profile_name_from_nvml(_text(getattr(gi_prof, "name", b""))) if gi_prof else None
+        if named is None:
+            raise BackendError(
+                "nvml", f"GPU {i}: cannot tell the profile of a MIG device (profile id {gi_pid})"
+            )
+        return named
+
+    def _find_gi_profile(self, i: int, parent: Any, gi_pid: int) -> tuple[int | None, Any]:
+        # The profile at index gi_pid nearly always has id gi_pid; try it before scanning all.
+        for p in [gi_pid, *range(facts.GI_PROFILE_COUNT)]:
+            info = self._gi_profile(i, parent, p)
+            if info is not None and int(info.id) == gi_pid:
+                return p, info
+        return None, None
+
+    def _gi_profile(self, i: int, parent: Any, p: int) -> Any:
+        key = (i, p)
+        if key not in self._gi_profiles:
+            self._gi_profiles[key] = self._profile_info(
+                i, self.nvml.nvmlDeviceGetGpuInstanceProfileInfo, parent, p
+            )
+        return self._gi_profiles[key]
+
+    def _find_ci_profile(self, i: int, gi: Any, gi_index: int | None, ci_pid: int) -> int | None:
+        fn = self.nvml.nvmlGpuInstanceGetComputeInstanceProfileInfo
+        for p in [ci_pid, *range(facts.CI_PROFILE_COUNT)]:
+            for e in range(facts.CI_ENGINE_PROFILE_COUNT):
+                key = (i, -1 if gi_index is None else gi_index, p)
+                if key not in self._ci_profiles:
+                    self._ci_profiles[key] = self._profile_info(i, fn, gi, p, e)
+                info = self._ci_profiles[key]
+                if info is not None and int(info.id) == ci_pid:
+                    return p
+        return None
+
+    def _profile_info(self, i: int, fn: Callable[..., Any], *args: Any) -> Any:
+        n = self.nvml
+        for version in (2, 1):  # the versioned call first; drivers before R470 only have v1
+            try:
+                return fn(*args, version=version)
+            except n.NVMLError_FunctionNotFound:
+                continue
+            except (n.NVMLError_NotSupported, n.NVMLError_InvalidArgument):
+                return None
+            except n.NVMLError as err:
+                raise probe_error(err.value, "MIG profile info", i) from None
+        return None
+
+    # ---- fabric, sysfs ------------------------------------------------------------------------
+
+    def clique(self, i: int, h: Any) -> str | None:
+        n = self.nvml
+        # The versioned call first; drivers before R550 only have the unversioned one.
+        for struct_name, fn_name in (
+            ("c_nvmlGpuFabricInfoV_t", "nvmlDeviceGetGpuFabricInfoV"),
+            ("c_nvmlGpuFabricInfo_t", "nvmlDeviceGetGpuFabricInfo"),
+        ):
+            struct, fn = getattr(n, struct_name, None), getattr(n, fn_name, None)
+            if struct is None or fn is None:
+                continue  # older bindings
+            info = struct()
+            try:
+                fn(h, ctypes.byref(info))
+            except n.NVMLError_FunctionNotFound:
+                continue
+            except n.NVMLError_NotSupported:
+                return None  # no NVLink fabric (pre-Hopper, or no NVSwitch): no clique, no warning
+            except n.NVMLError as err:
+                raise probe_error(err.value, "GPU fabric info", i) from None
+            if int(info.state) != _FABRIC_STATE_COMPLETED or int(info.status) != 0:
+                return None  # fabric not (yet) registered: a clique label now would be wrong
+            return facts.clique_id(bytes(info.clusterUuid), int(info.cliqueId))
+        return None
+
+    def _sysfs_dir(self, bus_id: str | None) -> Path | None:
+        name = facts.sysfs_bus_id(bus_id) if bus_id else None
+        return self.backend.host_root / "sys/bus/pci/devices" / name if name else None
+
+    def _pci_class(self, i: int, sysfs_dir: Path | None) -> int | None:
+        if sysfs_dir is None:
+            return None
+        try:
+            return facts.parse_pci_class((sysfs_dir / "class").read_text())
+        except OSError:
+            self.warnings.append(f"GPU {i}: cannot read {sysfs_dir / 'class'}; gpu.mode unknown")
+            return None
+
+    def _vgpu(self, i: int, sysfs_dir: Path | None) -> Any:
+        if sysfs_dir is None:
+            return None
+        path = sysfs_dir / "config"
+        try:
+            with open(path, "rb") as f:
+                return facts.vgpu_info(f.read(4096))
+        except (OSError, facts.ConfigSpaceTooShort) as err:
+            reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+            self.warnings.append(
+                f"GPU {i}: vGPU detection skipped, cannot read {path} ({reason}); "
+                "reading PCI config space needs a privileged container"
+            )
+            return None
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

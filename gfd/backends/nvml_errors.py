@@ -1,0 +1,140 @@
+"""NVML failures as one line a user can act on, naming the broken layer of the GPU stack.
+
+The layers, from the bottom: the GPU itself ("hardware"), the kernel module ("driver"), the
+user-space library ("nvml"), and the container runtime that mounts that library and the device
+nodes into the pod ("container-toolkit").
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from gfd.backends import nvml_facts as facts
+from gfd.backends.errors import BackendError
+
+# NVML return codes (nvml.h), spelled out so this module does not import the bindings.
+NO_PERMISSION = 4
+INSUFFICIENT_POWER = 8
+DRIVER_NOT_LOADED = 9
+IRQ_ISSUE = 11
+LIBRARY_NOT_FOUND = 12
+FUNCTION_NOT_FOUND = 13
+CORRUPTED_INFOROM = 14
+GPU_IS_LOST = 15
+RESET_REQUIRED = 16
+LIB_RM_VERSION_MISMATCH = 18
+
+_NAMES = {
+    1: "Uninitialized",
+    2: "Invalid Argument",
+    3: "Not Supported",
+    NO_PERMISSION: "Insufficient Permissions",
+    6: "Not Found",
+    INSUFFICIENT_POWER: "Insufficient External Power",
+    DRIVER_NOT_LOADED: "Driver Not Loaded",
+    10: "Timeout",
+    IRQ_ISSUE: "Interrupt Request Issue",
+    LIBRARY_NOT_FOUND: "Library Not Found",
+    FUNCTION_NOT_FOUND: "Function Not Found",
+    CORRUPTED_INFOROM: "Corrupted infoROM",
+    GPU_IS_LOST: "GPU is lost",
+    RESET_REQUIRED: "GPU requires reset",
+    LIB_RM_VERSION_MISMATCH: "Driver/library version mismatch",
+    999: "Unknown Error",
+}
+
+_TOOLKIT_HINT = (
+    "run the pod with runtimeClassName: nvidia (or make nvidia the default container runtime) "
+    "and NVIDIA_VISIBLE_DEVICES=all, NVIDIA_DRIVER_CAPABILITIES=utility"
+)
+
+# Where the running process maps its libraries; a module attribute so tests can point it elsewhere.
+SELF_MAPS = Path("/proc/self/maps")
+
+
+def nvml_code_name(code: int) -> str:
+    return f"NVML: {_NAMES.get(code, f'error {code}')}"
+
+
+def init_error(code: int, host_root: Path) -> BackendError:
+    """Why nvmlInit failed, and what to do about it."""
+    kmod = _kernel_module_version(host_root)
+    if code == LIBRARY_NOT_FOUND:
+        if kmod is not None or _in_container():
+            loaded = f"the NVIDIA kernel module {kmod} is loaded but " if kmod else ""
+            return BackendError(
+                "container-toolkit",
+                f"{loaded}libnvidia-ml.so.1 is not in this container: {_TOOLKIT_HINT}",
+            )
+        return BackendError(
+            "nvml",
+            "libnvidia-ml.so.1 not found and no NVIDIA kernel module is loaded: install the NVIDIA driver "
+            f"on this node (inside a container: {_TOOLKIT_HINT})",
+        )
+    if code == DRIVER_NOT_LOADED:
+        return BackendError(
+            "driver",
+            f"the NVIDIA kernel module is not loaded ({nvml_code_name(code)}): check that the driver "
+            "installation finished and load it (modprobe nvidia); nvidia-smi on the node fails the same way",
+        )
+    if code == LIB_RM_VERSION_MISMATCH:
+        lib = _library_version()
+        versions = ""
+        if lib or kmod:
+            versions = f" (NVML library {lib or 'unknown'}, kernel module {kmod or 'unknown'})"
+        return BackendError(
+            "driver",
+            f"driver/library version mismatch{versions}: the driver was upgraded but the old kernel "
+            "module is still loaded; reboot the node (or unload and reload the nvidia kernel modules)",
+        )
+    if code == NO_PERMISSION:
+        return BackendError(
+            "container-toolkit",
+            f"no permission to open the GPU device nodes ({nvml_code_name(code)}): {_TOOLKIT_HINT}",
+        )
+    if code == FUNCTION_NOT_FOUND:
+        return BackendError(
+            "nvml", f"libnvidia-ml.so.1 is too old for these bindings ({nvml_code_name(code)})"
+        )
+    return probe_error(code, "initialising NVML", None)
+
+
+def probe_error(code: int, what: str, gpu: int | None) -> BackendError:
+    """A failure while reading ``what`` (on GPU ``gpu``, when known)."""
+    where = f"GPU {gpu}" if gpu is not None else "NVML"
+    reason = nvml_code_name(code)
+    if code == GPU_IS_LOST:
+        return BackendError(
+            "hardware",
+            f"{where} fell off the bus while reading {what} ({reason}): check the kernel log for Xid 79, "
+            "then reset the GPU or reboot the node",
+        )
+    if code in (RESET_REQUIRED, CORRUPTED_INFOROM, INSUFFICIENT_POWER, IRQ_ISSUE):
+        return BackendError("hardware", f"{where} is unhealthy while reading {what} ({reason})")
+    if code in (DRIVER_NOT_LOADED, LIB_RM_VERSION_MISMATCH):
+        return BackendError(
+            "driver", f"the NVIDIA driver went away while reading {what} on {where} ({reason})"
+        )
+    return BackendError("nvml", f"{where}: reading {what} failed ({reason})")
+
+
+def _kernel_module_version(host_root: Path) -> str | None:
+    try:
+        text = (host_root / "proc/driver/nvidia/version").read_text(errors="replace")
+    except OSError:
+        return None
+    return facts.kernel_module_version(text)
+
+
+def _library_version() -> str | None:
+    try:
+        return facts.library_version_from_maps(SELF_MAPS.read_text(errors="replace"))
+    except OSError:
+        return None
+
+
+def _in_container() -> bool:
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return True
+    return any(Path(p).exists() for p in ("/.dockerenv", "/run/.containerenv"))
