@@ -17,7 +17,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+    wait_random,
+)
 from tenacity.stop import stop_base
 
 from nfd_lite.client import ApiError, NodeApi, explain
@@ -30,7 +37,6 @@ from nfd_lite.watcher import Debouncer, DirWatcher
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-SLOW_RETRY = 30.0  # 401/403 need a human; retry slowly rather than crash-loop or hammer the server
 
 
 class Stopped(Exception):
@@ -51,6 +57,7 @@ class Settings:
     watch_timeout: int = 1800
     metrics_address: str | None = None
     max_backoff: float = 30.0
+    slow_retry: float = 30.0  # 401/403 need a human: retry slowly rather than crash-loop or hammer
 
 
 def now_utc() -> datetime:
@@ -82,6 +89,7 @@ class Service:
         self._auth_logged: dict[str, float] = {}
         self._watch_rv: str | None = None
         self.synced = False
+        self.syncs = 0  # completed sync passes (with or without a write)
         self._bounded = False
         self.watch_thread: threading.Thread | None = None
 
@@ -110,7 +118,9 @@ class Service:
     # ---- retries ----
 
     def _wait(self, retry_state: RetryCallState) -> float:
-        base = wait_exponential_jitter(initial=0.1, max=self.settings.max_backoff, jitter=0.1)(retry_state)
+        # Capped exponential backoff with "equal jitter": half to all of 0.1 s * 2^n, at most max_backoff.
+        exponential = wait_exponential(multiplier=0.1, max=self.settings.max_backoff)(retry_state)
+        base = exponential * random.uniform(0.5, 1.0)
         err = retry_state.outcome.exception() if retry_state.outcome else None
         if isinstance(err, ApiError):
             if err.status == 410:
@@ -120,7 +130,7 @@ class Service:
             if err.retry_after is not None:
                 return err.retry_after + random.uniform(0.0, 0.05)
             if err.status in (401, 403) and not self._bounded:
-                return max(base, SLOW_RETRY)
+                return max(base, self.settings.slow_retry)
         return float(base)
 
     def _sleep(self, seconds: float) -> None:
@@ -220,6 +230,7 @@ class Service:
         self.metrics.owned.set(len(owned))
         self.metrics.last_sync.set(time.time())
         self.synced = True
+        self.syncs += 1
 
     def sync(self, attempts: int | None = None) -> None:
         self._retrying(self._sync_once, "patch", attempts)
@@ -340,7 +351,7 @@ def prune(api: NodeApi, policy: Policy, attempts: int = 5) -> list[str]:
 
     Retrying(
         retry=retry_if_exception(lambda e: isinstance(e, ApiError) and e.status not in (401, 403, 404)),
-        wait=wait_exponential_jitter(initial=0.1, max=5.0, jitter=0.1),
+        wait=wait_exponential(multiplier=0.1, max=5.0) + wait_random(0, 0.1),
         stop=stop_after_attempt(attempts),
         reraise=True,
     )(once)

@@ -1,0 +1,94 @@
+"""Helpers for end-to-end tests: a real writer (Service + real kubernetes client) in a thread."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from nfd_lite.client import NodeApi, kubeconfig_configuration
+from nfd_lite.reconciler import OWNED_ANNOTATION
+from nfd_lite.service import Service, Settings
+from tests.apiserver.server import FakeApiServer
+
+NODE = "gpu-1"
+OTHER_NODE = "gpu-2"
+
+
+def eventually(predicate: Callable[[], object], timeout: float = 15.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return bool(predicate())
+
+
+def write_atomic(directory: Path, name: str, text: str) -> None:
+    """What gfd does: write a temp file, then rename it into place."""
+    temp = directory / f".{name}.tmp"
+    temp.write_text(text)
+    os.replace(temp, directory / name)
+
+
+def owned(apiserver: FakeApiServer, node: str = NODE) -> str | None:
+    annotations = apiserver.get_node(node)["metadata"].get("annotations") or {}
+    value = annotations.get(OWNED_ANNOTATION)
+    return None if value is None else str(value)
+
+
+def ours(apiserver: FakeApiServer, node: str = NODE) -> dict[str, str]:
+    return {k: v for k, v in apiserver.labels(node).items() if k.startswith(("nvidia.com/", "feature.node"))}
+
+
+def node_api(apiserver: FakeApiServer, tmp_path: Path, node: str = NODE, token: str | None = None) -> NodeApi:
+    token = token or apiserver.token_for_service_account("gpu-labeller", "nfd-lite", node_name=node)
+    kubeconfig = apiserver.write_kubeconfig(tmp_path / f"kubeconfig-{node}", token)
+    return NodeApi(kubeconfig_configuration(kubeconfig), node, request_timeout=5.0)
+
+
+class Writer:
+    """``with Writer(apiserver, tmp_path) as w:`` runs the writer until the block ends."""
+
+    def __init__(
+        self,
+        apiserver: FakeApiServer,
+        tmp_path: Path,
+        *,
+        api: NodeApi | None = None,
+        directory: Path | None = None,
+        **settings: Any,
+    ) -> None:
+        self.dir = directory or tmp_path / "features.d"
+        if directory is None:
+            self.dir.mkdir(exist_ok=True)
+        options: dict[str, Any] = {"max_backoff": 0.5, "slow_retry": 0.5, "startup_grace": 0.0} | settings
+        self.service = Service(Settings(NODE, [self.dir], **options), api or node_api(apiserver, tmp_path))
+        self.thread = threading.Thread(target=self.service.run, daemon=True)
+
+    def __enter__(self) -> Writer:
+        self.thread.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.service.stop()
+        self.thread.join(10)
+        assert not self.thread.is_alive(), "writer did not stop"
+
+    def write(self, text: str, name: str = "gfd") -> None:
+        write_atomic(self.dir, name, text)
+
+    def settle(self) -> None:
+        """Wait until the writer has completed one more sync pass than now (after an event)."""
+        before = self.service.syncs
+        assert eventually(lambda: self.service.syncs > before)
+
+    def metric(self, name: str, **labels: str) -> float:
+        value = self.service.metrics.registry.get_sample_value(name, labels or None)
+        return 0.0 if value is None else value
