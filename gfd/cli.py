@@ -61,6 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     interval, expiry = settings.sleep_interval, settings.expiry
     if interval is not None and expiry is not None and expiry < interval * 2:
         log.warning("--expiry %s is less than two sleep intervals: labels may lapse between passes", expiry)
+    if interval is None and expiry is not None and not settings.oneshot:
+        log.warning("--expiry with an infinite sleep interval: labels lapse after %s, never renewed", expiry)
     try:
         metrics = start_metrics(settings.metrics_address)
     except OSError as err:

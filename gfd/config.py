@@ -17,6 +17,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
+from gfd.sharing import SharingConfig
+
 MigStrategy = Literal["none", "single", "mixed"]
 BackendChoice = Literal["auto", "nvml", "tegra", "mock"]
 
@@ -49,7 +51,7 @@ class Settings:
     with_vgpu: bool = False
     expiry: timedelta | None = None  # None: no expiry directive
     metrics_address: tuple[str, int] | None = None
-    sharing: Any = None  # the config file's sharing section, handed to the labelers
+    sharing: SharingConfig | None = None  # the config file's sharing section, handed to the labelers
 
     @property
     def label_timestamp(self) -> bool:
@@ -127,122 +129,44 @@ class _Option:
     metavar: str | None = None
 
 
+_EXPIRY_HELP = (
+    f"how long written labels stay valid, or 'infinite' (default {EXPIRY_INTERVALS} sleep intervals; "
+    "none in oneshot mode)"
+)
+
+# fmt: off
 OPTIONS: tuple[_Option, ...] = (
     _Option("oneshot", ("--oneshot",), ("GFD_ONESHOT",), parse_bool, "label once and exit", is_bool=True),
-    _Option(
-        "sleep_interval",
-        ("--sleep-interval",),
-        ("GFD_SLEEP_INTERVAL",),
-        parse_duration,
-        "time between passes, e.g. 60s, 5m, or 'infinite' (default 60s)",
-        metavar="DURATION",
-    ),
-    _Option(
-        "output_file",
-        ("--output-file", "--output", "-o"),
-        ("GFD_OUTPUT_FILE",),
-        parse_output,
-        f"feature file to write; '-' or empty for stdout (default {DEFAULT_OUTPUT_FILE})",
-        metavar="FILE",
-    ),
-    _Option(
-        "mig_strategy",
-        ("--mig-strategy",),
-        ("GFD_MIG_STRATEGY", "MIG_STRATEGY"),
-        parse_choice(("none", "single", "mixed")),
-        "how MIG devices are labelled (default none)",
-        metavar="none|single|mixed",
-    ),
-    _Option(
-        "fail_on_init_error",
-        ("--fail-on-init-error",),
-        ("GFD_FAIL_ON_INIT_ERROR", "FAIL_ON_INIT_ERROR"),
-        parse_bool,
-        "exit when the first probe fails; false: keep retrying (default true)",
-        is_bool=True,
-    ),
-    _Option(
-        "no_timestamp",
-        ("--no-timestamp",),
-        ("GFD_NO_TIMESTAMP",),
-        parse_bool,
-        "accepted for compatibility: no timestamp label is written unless --timestamp",
-        is_bool=True,
-    ),
-    _Option(
-        "machine_type_file",
-        ("--machine-type-file",),
-        ("GFD_MACHINE_TYPE_FILE",),
-        _path,
-        f"file holding the machine type (default {DEFAULT_MACHINE_TYPE_FILE})",
-        metavar="FILE",
-    ),
-    _Option(
-        "config_file",
-        ("--config-file",),
-        ("GFD_CONFIG_FILE", "CONFIG_FILE"),
-        _path,
-        "NVIDIA device-plugin config file (flags and sharing)",
-        metavar="FILE",
-    ),
-    _Option(
-        "backend",
-        ("--backend",),
-        ("GFD_BACKEND",),
-        parse_choice(("auto", "nvml", "tegra", "mock")),
-        "where GPU facts come from (default auto)",
-        metavar="auto|nvml|tegra|mock",
-    ),
-    _Option(
-        "mock_profile",
-        ("--mock-profile",),
-        ("GFD_MOCK_PROFILE",),
-        _path,
-        "machine profile YAML for --backend mock",
-        metavar="FILE",
-    ),
-    _Option(
-        "host_root",
-        ("--host-root",),
-        ("GFD_HOST_ROOT",),
-        _path,
-        "where the host's filesystem is mounted, for Jetson files (default /)",
-        metavar="DIR",
-    ),
-    _Option(
-        "timestamp",
-        ("--timestamp",),
-        ("GFD_TIMESTAMP",),
-        parse_bool,
-        "add the nvidia.com/gfd.timestamp label (costs a node update every pass)",
-        is_bool=True,
-    ),
-    _Option(
-        "with_vgpu",
-        ("--with-vgpu",),
-        ("GFD_WITH_VGPU",),
-        parse_bool,
-        "detect vGPU (reads PCI config space, needs privilege)",
-        is_bool=True,
-    ),
-    _Option(
-        "expiry",
-        ("--expiry",),
-        ("GFD_EXPIRY",),
-        parse_duration,
-        f"how long written labels stay valid (default {EXPIRY_INTERVALS} sleep intervals; "
-        "none in oneshot mode), or 'infinite'",
-        metavar="DURATION",
-    ),
-    _Option(
-        "metrics_address",
-        ("--metrics-address",),
-        ("GFD_METRICS_ADDRESS",),
-        parse_address,
-        "serve Prometheus metrics on HOST:PORT (default: off)",
-        metavar="HOST:PORT",
-    ),
+    _Option("sleep_interval", ("--sleep-interval",), ("GFD_SLEEP_INTERVAL",), parse_duration,
+            "time between passes, e.g. 60s, 5m, or 'infinite' (default 60s)", metavar="DURATION"),
+    _Option("output_file", ("--output-file", "--output", "-o"), ("GFD_OUTPUT_FILE",), parse_output,
+            f"feature file to write; '-' or empty: stdout (default {DEFAULT_OUTPUT_FILE})", metavar="FILE"),
+    _Option("mig_strategy", ("--mig-strategy",), ("GFD_MIG_STRATEGY", "MIG_STRATEGY"),
+            parse_choice(("none", "single", "mixed")), "how MIG devices are labelled (default none)",
+            metavar="none|single|mixed"),
+    _Option("fail_on_init_error", ("--fail-on-init-error",), ("GFD_FAIL_ON_INIT_ERROR", "FAIL_ON_INIT_ERROR"),
+            parse_bool, "exit when the first probe fails; false: keep retrying (default true)", is_bool=True),
+    _Option("no_timestamp", ("--no-timestamp",), ("GFD_NO_TIMESTAMP",), parse_bool,
+            "accepted for compatibility: no timestamp label is written unless --timestamp", is_bool=True),
+    _Option("machine_type_file", ("--machine-type-file",), ("GFD_MACHINE_TYPE_FILE",), _path,
+            f"file holding the machine type (default {DEFAULT_MACHINE_TYPE_FILE})", metavar="FILE"),
+    _Option("config_file", ("--config-file",), ("GFD_CONFIG_FILE", "CONFIG_FILE"), _path,
+            "NVIDIA device-plugin config file (flags and sharing)", metavar="FILE"),
+    _Option("backend", ("--backend",), ("GFD_BACKEND",), parse_choice(("auto", "nvml", "tegra", "mock")),
+            "where GPU facts come from (default auto)", metavar="auto|nvml|tegra|mock"),
+    _Option("mock_profile", ("--mock-profile",), ("GFD_MOCK_PROFILE",), _path,
+            "machine profile YAML for --backend mock", metavar="FILE"),
+    _Option("host_root", ("--host-root",), ("GFD_HOST_ROOT",), _path,
+            "where the host's filesystem is mounted, for Jetson files (default /)", metavar="DIR"),
+    _Option("timestamp", ("--timestamp",), ("GFD_TIMESTAMP",), parse_bool,
+            "add the nvidia.com/gfd.timestamp label (costs a node update every pass)", is_bool=True),
+    _Option("with_vgpu", ("--with-vgpu",), ("GFD_WITH_VGPU",), parse_bool,
+            "detect vGPU (reads PCI config space, needs privilege)", is_bool=True),
+    _Option("expiry", ("--expiry",), ("GFD_EXPIRY",), parse_duration, _EXPIRY_HELP, metavar="DURATION"),
+    _Option("metrics_address", ("--metrics-address",), ("GFD_METRICS_ADDRESS",), parse_address,
+            "serve Prometheus metrics on HOST:PORT (default: off)", metavar="HOST:PORT"),
 )
+# fmt: on
 
 
 class _Parser(argparse.ArgumentParser):
@@ -313,7 +237,7 @@ def _convert(opt: _Option, where: str, text: str) -> Any:
         raise ConfigError(f"{where}: {err}") from None
 
 
-def _finish(values: dict[str, Any], sharing: Any) -> Settings:
+def _finish(values: dict[str, Any], sharing: SharingConfig | None) -> Settings:
     backend = values.get("backend", "auto")
     if backend == "mock" and values.get("mock_profile") is None:
         raise ConfigError("--backend mock needs --mock-profile FILE (or $GFD_MOCK_PROFILE)")
@@ -328,7 +252,7 @@ def _finish(values: dict[str, Any], sharing: Any) -> Settings:
     return Settings(**values, sharing=sharing)
 
 
-def _from_config_file(path: Path) -> tuple[dict[str, Any], Any]:
+def _from_config_file(path: Path) -> tuple[dict[str, Any], SharingConfig | None]:
     """The flags a device-plugin config file sets (already checked by its parser), and its sharing section."""
     import math
 
