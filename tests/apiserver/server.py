@@ -71,7 +71,12 @@ class FakeApiServer:
     def start(self) -> FakeApiServer:
         handler = type("BoundHandler", (Handler,), {"api": self})
         self._http = _Server(("127.0.0.1", 0), handler)
-        self._thread = threading.Thread(target=self._http.serve_forever, name="fake-apiserver", daemon=True)
+        self._thread = threading.Thread(
+            target=self._http.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="fake-apiserver",
+            daemon=True,
+        )
         self._thread.start()
         return self
 
@@ -201,6 +206,16 @@ class FakeApiServer:
     def revoke_token(self, token: str) -> None:
         """From now on the token is answered 401 (a rotated-away or expired token)."""
         self.tokens.revoke(token)
+
+    def api_client(self, token: str | None) -> Any:
+        """An official `kubernetes.client.ApiClient` for this server, authenticating with `token`."""
+        from kubernetes import client  # imported here: most of this module's users do not need it
+
+        configuration = client.Configuration(host=self.url)
+        if token is not None:
+            configuration.api_key = {"authorization": token}
+            configuration.api_key_prefix = {"authorization": "Bearer"}
+        return client.ApiClient(configuration)
 
     def write_kubeconfig(self, path: Path | str, token: str) -> Path:
         path = Path(path)
