@@ -55,7 +55,9 @@ def check(name: str, text: str) -> None:
 
 
 def test_the_shipped_profiles_are_all_covered() -> None:
-    assert {"rtx4090-gaming-pc", "t4-cloud", "dgx-a100-mig", "h100", "jetson-orin-nano"} <= set(profile_names())
+    assert {"rtx4090-gaming-pc", "t4-cloud", "dgx-a100-mig", "h100", "jetson-orin-nano"} <= set(
+        profile_names()
+    )
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)

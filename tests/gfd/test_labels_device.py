@@ -1,0 +1,106 @@
+"""Full-GPU labels: product, count, memory, architecture, mode, and mixed-model nodes."""
+
+from __future__ import annotations
+
+import pytest
+
+from gfd.inventory import Device, Inventory
+from gfd.labels import LabelOptions, build_labels
+from gfd.labels.device import family
+
+
+def gpu(index: int, name: str = "Tesla T4", **kwargs: object) -> Device:
+    kwargs.setdefault("memory_mib", 15360)
+    kwargs.setdefault("compute_capability", (7, 5))
+    return Device(index=index, name=name, **kwargs)  # type: ignore[arg-type]
+
+
+def labels(*devices: Device) -> dict[str, str]:
+    return build_labels(Inventory(backend="nvml", devices=devices), LabelOptions())
+
+
+@pytest.mark.parametrize(
+    ("cc", "expected"),
+    [
+        ((1, 3), "tesla"),
+        ((2, 1), "fermi"),
+        ((3, 7), "kepler"),
+        ((5, 3), "maxwell"),
+        ((6, 2), "pascal"),
+        ((7, 0), "volta"),
+        ((7, 2), "volta"),
+        ((7, 5), "turing"),
+        ((8, 0), "ampere"),
+        ((8, 6), "ampere"),
+        ((8, 7), "ampere"),
+        ((8, 9), "ada-lovelace"),
+        ((9, 0), "hopper"),
+        ((10, 0), "blackwell"),
+        ((11, 0), "blackwell"),  # Jetson Thor under CUDA 13; NVIDIA says "undefined"
+        ((12, 0), "blackwell"),
+        ((4, 0), "undefined"),
+        ((13, 0), "undefined"),
+    ],
+)
+def test_family_by_compute_capability(cc: tuple[int, int], expected: str) -> None:
+    assert family(*cc) == expected
+
+
+def test_single_gpu_labels() -> None:
+    got = labels(gpu(0))
+    assert got["nvidia.com/gpu.product"] == "Tesla-T4"
+    assert got["nvidia.com/gpu.count"] == "1"
+    assert got["nvidia.com/gpu.memory"] == "15360"
+    assert got["nvidia.com/gpu.family"] == "turing"
+    assert (got["nvidia.com/gpu.compute.major"], got["nvidia.com/gpu.compute.minor"]) == ("7", "5")
+    assert got["nvidia.com/gpu.replicas"] == "1"
+    assert got["nvidia.com/gpu.sharing-strategy"] == "none"
+    assert got["nvidia.com/mig.capable"] == "false"
+    assert "nvidia.com/mig.strategy" not in got
+
+
+def test_unknown_memory_and_compute_capability_are_left_out() -> None:
+    got = labels(gpu(0, memory_mib=None, compute_capability=None))
+    for key in ("memory", "family", "compute.major", "compute.minor"):
+        assert f"nvidia.com/gpu.{key}" not in got
+    assert got["nvidia.com/gpu.count"] == "1"
+
+
+def test_zero_compute_capability_gives_no_architecture_labels() -> None:
+    assert "nvidia.com/gpu.family" not in labels(gpu(0, compute_capability=(0, 0)))
+
+
+def test_mixed_models_pick_the_model_with_most_gpus() -> None:
+    got = labels(gpu(0, "NVIDIA RTX A6000", memory_mib=49140), gpu(1, "Tesla T4"), gpu(2, "Tesla T4"))
+    assert got["nvidia.com/gpu.product"] == "Tesla-T4"
+    assert got["nvidia.com/gpu.count"] == "2"
+    assert got["nvidia.com/gpu.memory"] == "15360"
+    assert got["nvidia.com/gpu.count.Tesla-T4"] == "2"
+    assert got["nvidia.com/gpu.count.NVIDIA-RTX-A6000"] == "1"
+
+
+def test_mixed_models_tie_goes_to_the_first_name_whatever_the_order() -> None:
+    a = gpu(0, "Tesla V100-SXM2-16GB", compute_capability=(7, 0))
+    b = gpu(1, "Tesla T4")
+    assert labels(a, b)["nvidia.com/gpu.product"] == labels(b, a)["nvidia.com/gpu.product"] == "Tesla-T4"
+    assert labels(a, b)["nvidia.com/gpu.family"] == "turing"
+
+
+@pytest.mark.parametrize(
+    ("classes", "mode"),
+    [
+        ((0x030200,), "compute"),
+        ((0x030000,), "graphics"),
+        ((0x030200, 0x030200), "compute"),
+        ((0x038000,), "unknown"),
+        ((None,), "unknown"),
+        ((0x030200, 0x030000), "unknown"),
+    ],
+)
+def test_gpu_mode_from_pci_class(classes: tuple[int | None, ...], mode: str) -> None:
+    devices = [gpu(i, pci_class=c) for i, c in enumerate(classes)]
+    assert labels(*devices)["nvidia.com/gpu.mode"] == mode
+
+
+def test_no_devices_gives_machine_only() -> None:
+    assert labels() == {"nvidia.com/gpu.machine": "unknown"}

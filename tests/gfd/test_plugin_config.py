@@ -1,0 +1,149 @@
+"""The NVIDIA device-plugin config file parser."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from gfd.plugin_config import PluginConfigError, load_plugin_config, parse_go_duration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def error(tmp_path: Path, text: str) -> str:
+    path = write(tmp_path, text)
+    with pytest.raises(PluginConfigError) as err:
+        load_plugin_config(path)
+    message = str(err.value)
+    assert "\n" not in message
+    assert str(path) in message
+    return message
+
+
+def test_full_nvidia_config(tmp_path: Path) -> None:
+    cfg = load_plugin_config(
+        write(
+            tmp_path,
+            """
+version: v1
+flags:
+  migStrategy: mixed
+  failOnInitError: false
+  plugin:                      # device-plugin only: ignored
+    passDeviceSpecs: true
+    deviceListStrategy: [envvar]
+  gfd:
+    oneshot: true
+    noTimestamp: true
+    sleepInterval: 1m30s
+    outputFile: /tmp/gfd
+    machineTypeFile: /sys/class/dmi/id/product_name
+resources:
+  gpus: [{pattern: "*", name: gpu}]
+sharing:
+  timeSlicing:
+    renameByDefault: true
+    failRequestsGreaterThanOne: true
+    resources:
+      - name: gpu
+        replicas: 4
+""",
+        )
+    )
+    f = cfg.flags
+    assert (f.mig_strategy, f.fail_on_init_error, f.oneshot, f.no_timestamp) == ("mixed", False, True, True)
+    assert f.sleep_interval == 90.0
+    assert (f.output_file, f.machine_type_file) == ("/tmp/gfd", "/sys/class/dmi/id/product_name")
+    assert cfg.sharing is not None and cfg.sharing.time_slicing is not None
+    ts = cfg.sharing.time_slicing
+    assert ts.rename_by_default and ts.fail_requests_greater_than_one
+    assert ts.resources[0].name == "nvidia.com/gpu"  # prefix added as NVIDIA does
+    assert ts.resources[0].replicas == 4
+    assert cfg.sharing.strategy() == "time-slicing"
+
+
+def test_unset_fields_are_none(tmp_path: Path) -> None:
+    cfg = load_plugin_config(write(tmp_path, "version: v1\n"))
+    assert cfg.sharing is None
+    assert all(v is None for v in vars(cfg.flags).values())
+
+
+def test_empty_file_and_json(tmp_path: Path) -> None:
+    assert load_plugin_config(write(tmp_path, "")).sharing is None
+    cfg = load_plugin_config(
+        write(tmp_path, '{"sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}}')
+    )
+    assert cfg.sharing is not None and cfg.sharing.strategy() == "mps"
+
+
+def test_shipped_sharing_examples_parse() -> None:
+    for path in sorted((ROOT / "profiles" / "sharing").glob("*.yaml")):
+        assert load_plugin_config(path).sharing is not None, path.name
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("version: v2\n", "field version"),
+        ("flags: {migStrategy: double}\n", "field flags.migStrategy"),
+        ("flags: {failOnInitError: maybe}\n", "field flags.failOnInitError"),
+        ("flags: {gfd: {sleepInterval: soon}}\n", "field flags.gfd.sleepInterval"),
+        ("flags: {gfd: {sleepInterval: -5s}}\n", "field flags.gfd.sleepInterval"),
+        ("sharing: {timeSlicing: {}}\n", "field sharing.timeSlicing.resources"),
+        ("sharing: {timeSlicing: {resources: []}}\n", "field sharing.timeSlicing.resources"),
+        ("sharing: {mps: {resources: [{name: gpu}]}}\n", "field sharing.mps.resources.0.replicas"),
+        (
+            "sharing: {mps: {resources: [{name: gpu, replicas: 0}]}}\n",
+            "field sharing.mps.resources.0.replicas",
+        ),
+        (
+            "sharing: {timeSlicing: {resources: [{name: $bad$, replicas: 2}]}}\n",
+            "sharing.timeSlicing.resources.0.name",
+        ),
+        (
+            "sharing: {timeSlicing: {resources: [{name: gpu, replicas: 2, rename: A_B}]}}\n",
+            "resources.0.rename",
+        ),
+        ("- just\n- a list\n", "mapping"),
+        ("flags: [\n", "not valid YAML"),
+    ],
+)
+def test_errors_name_the_field(tmp_path: Path, text: str, where: str) -> None:
+    assert where in error(tmp_path, text)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(PluginConfigError, match="cannot read config file"):
+        load_plugin_config(tmp_path / "absent.yaml")
+
+
+def test_custom_rename_is_ignored_like_nvidia(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    cfg = load_plugin_config(
+        write(
+            tmp_path, "sharing: {timeSlicing: {resources: [{name: gpu, replicas: 2, rename: gpu-shared}]}}\n"
+        )
+    )
+    assert cfg.sharing is not None and cfg.sharing.time_slicing is not None
+    assert not cfg.sharing.time_slicing.is_renamed("nvidia.com/gpu")
+    assert "rename is not supported" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("60s", 60.0), ("1m", 60.0), ("1h30m", 5400.0), ("1.5s", 1.5), ("500ms", 0.5), ("infinite", math.inf)],
+)
+def test_go_durations(text: str, seconds: float) -> None:
+    assert parse_go_duration(text) == seconds
+
+
+def test_bare_number_sleep_interval_is_nanoseconds(tmp_path: Path) -> None:
+    cfg = load_plugin_config(write(tmp_path, "flags: {gfd: {sleepInterval: 60000000000}}\n"))
+    assert cfg.flags.sleep_interval == 60.0
