@@ -33,7 +33,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    except SystemExit as done:  # --help or a usage error: answer the code instead of leaving the process
+        return int(done.code or 0)
     root = Path(args.host_root)
     if not root.is_dir():
         print(f"gfd doctor: --host-root {root}: not a directory", file=sys.stderr)
@@ -49,10 +52,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     ctx = Context(host_root=root, cuda=cuda, node=args.node, kubeconfig=kubeconfig, env=dict(os.environ))
     checks = run(ctx)
-    if args.json:
-        print(to_json(checks, str(root)))
-    elif sys.stdout.isatty():
-        table(checks, str(root), sys.stdout)
-    else:
-        plain(checks, str(root), sys.stdout)
+    try:
+        if args.json:
+            print(to_json(checks, str(root)))
+        elif sys.stdout.isatty():
+            table(checks, str(root), sys.stdout)
+        else:
+            plain(checks, str(root), sys.stdout)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `gfd doctor | head`: the reader left; the exit code still tells the result
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 1 if first_failure(checks) else 0

@@ -74,7 +74,8 @@ def _compare(ctx: Context, version: str, names: list[str]) -> list[Finding]:
             )
         ]
     shown = ", ".join(sorted(set(names))) or "none"
-    findings = [Finding("PASS", f"NVML {version} matches the kernel module; {len(names)} GPU(s): {shown}")]
+    agree = "matches the kernel module" if kernel is not None else "loaded"
+    findings = [Finding("PASS", f"NVML {version} {agree}; {len(names)} GPU(s): {shown}")]
     if ctx.pci_gpus and len(names) < len(ctx.pci_gpus):
         findings.append(
             Finding(

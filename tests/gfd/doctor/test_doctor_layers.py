@@ -1,0 +1,91 @@
+"""Single layers on hand-made host trees: the parsing details a user relies on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gfd.doctor import driver, hardware, nvml
+from gfd.doctor.model import Context
+
+OPEN_MODULE = (
+    "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  560.35.03  Release Build  "
+    "(dvs-builder@U16-I3-B03-4-3)  Fri Aug 16 21:42:42 UTC 2024\nGCC version:  gcc version 12.3.0\n"
+)
+PROPRIETARY = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  470.256.02  Thu May  2 14:37:44 UTC 2024\n"
+ARM = "NVRM version: NVIDIA UNIX aarch64 Kernel Module  550.90.07  Fri May 31 09:30:46 UTC 2024\n"
+
+
+def test_parse_nvrm_versions():
+    assert driver.parse_nvrm(OPEN_MODULE) == ("560.35.03", True)
+    assert driver.parse_nvrm(PROPRIETARY) == ("470.256.02", False)
+    assert driver.parse_nvrm(ARM) == ("550.90.07", False)
+    assert driver.parse_nvrm("garbage") == (None, False)
+
+
+def _root(tmp_path: Path, files: dict[str, str]) -> Context:
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    return Context(host_root=tmp_path)
+
+
+def test_open_module_shown_and_missing_uvm_warns(tmp_path):
+    ctx = _root(
+        tmp_path,
+        {"proc/driver/nvidia/version": OPEN_MODULE, "proc/modules": "nvidia 1 0 - Live 0x0 (POE)\n"},
+    )
+    found = driver.check(ctx)
+    assert found[0].status == "PASS" and "560.35.03 (open kernel module)" in found[0].evidence
+    assert found[1].status == "WARN" and "nvidia_uvm" in found[1].evidence
+    assert ctx.kernel_version == "560.35.03"
+
+
+def test_vga_and_3d_controllers_count_but_audio_does_not(tmp_path):
+    files = {}
+    for addr, cls in [
+        ("0000:01:00.0", "0x030000"),
+        ("0000:01:00.1", "0x040300"),
+        ("0000:02:00.0", "0x030200"),
+    ]:
+        files[f"sys/bus/pci/devices/{addr}/vendor"] = "0x10de\n"
+        files[f"sys/bus/pci/devices/{addr}/class"] = cls + "\n"
+        files[f"sys/bus/pci/devices/{addr}/device"] = "0x2684\n"
+    ctx = _root(tmp_path, files)
+    gpus, others = hardware.scan_pci(ctx)
+    assert [(g.address, g.kind) for g in gpus] == [
+        ("0000:01:00.0", "VGA controller"),
+        ("0000:02:00.0", "3D controller"),
+    ]
+    assert others == 1
+
+
+def test_library_version_read_from_its_file_name(tmp_path):
+    for rel in (
+        "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15",
+        "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
+    ):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("")
+    assert nvml.library_versions(tmp_path) == ["550.54.15"]
+
+
+def test_jetpack6_nvml_is_accepted_on_a_jetson(host, nvml, doctor):
+    nvml({"driver_version": "540.4.0", "cuda_driver_version": 12060, "devices": [{"name": "Orin (nvgpu)"}]})
+    code, report = doctor(host("jetson-orin"))
+    three = next(c for c in report["checks"] if c["layer"] == 3)
+    assert code == 0
+    assert three["status"] == "PASS" and three["evidence"] == "NVML 540.4.0 loaded; 1 GPU(s): Orin (nvgpu)"
+
+
+def test_gpu_fallen_off_the_bus_warns(host, nvml, doctor):
+    nvml(
+        {
+            "driver_version": "550.54.15",
+            "cuda_driver_version": 12040,
+            "devices": [{"name": "NVIDIA A100-SXM4-40GB"}],
+        }
+    )
+    code, report = doctor(host("healthy-pci"))
+    count = next(c for c in report["checks"] if c["name"] == "NVML: count")
+    assert code == 0 and count["status"] == "WARN"
+    assert "NVML sees 1 of the 2 GPUs on the PCI bus" in count["evidence"]
