@@ -78,6 +78,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         expiry or "none",
         settings.mig_strategy,
     )
-    daemon = Daemon(settings, metrics=metrics)
+    daemon = Daemon(settings, metrics=metrics, reload_fn=lambda: load_settings(args, os.environ))
     daemon.install_signal_handlers()
     return daemon.run()

@@ -8,7 +8,7 @@
   never replaced by wrong ones.
 - SIGTERM/SIGINT end the loop between passes (never mid-write) and leave the
   file in place, so labels survive a rollout; the expiry cleans up after a
-  daemon that is gone for good.
+  daemon that is gone for good. SIGHUP re-reads the settings and config file.
 """
 
 from __future__ import annotations
@@ -74,8 +74,11 @@ class Daemon:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         label_fn: LabelFn = build_labels_for,
         detect_fn: Callable[..., tuple[Backend, Inventory | None]] = detect,
+        reload_fn: Callable[[], Settings] | None = None,
     ) -> None:
         self.settings = settings
+        self.reload_fn = reload_fn  # re-reads flags, environment and config file (on SIGHUP)
+        self._reload_requested = False
         self.metrics = metrics or Metrics()
         self.clock = clock
         self.label_fn = label_fn
@@ -89,8 +92,12 @@ class Daemon:
         # Start from what the file holds, so a restarted daemon does not rewrite an up-to-date file.
         self.written: Mapping[str, str] | None = None
         self.written_expiry: datetime | None = None
-        if settings.output_file is not None:
-            existing = read_feature_file(settings.output_file)
+        self._read_existing()
+
+    def _read_existing(self) -> None:
+        self.written, self.written_expiry = None, None
+        if self.settings.output_file is not None:
+            existing = read_feature_file(self.settings.output_file)
             if existing is not None:
                 self.written, self.written_expiry = existing
 
@@ -191,11 +198,37 @@ class Daemon:
         """Run the next pass now."""
         self._wake.set()
 
+    def request_reload(self) -> None:
+        """Re-read the settings (above all the config file), then run a pass now."""
+        self._reload_requested = True
+        self._wake.set()
+
+    def _reload(self) -> None:
+        from gfd.config import ConfigError
+
+        self._reload_requested = False
+        if self.reload_fn is None:
+            return
+        try:
+            new = self.reload_fn()
+        except ConfigError as err:
+            log.error("reload: %s; keeping the settings in use", err)
+            return
+        if new == self.settings:
+            return
+        log.info("settings reloaded")
+        old_output, self.settings = self.settings.output_file, new
+        self.backend = None  # backend options may have changed
+        if new.output_file != old_output:
+            self._read_existing()
+
     def run(self) -> int:
         """Loop until stopped; return the exit status (1 when the first pass fails and must be fatal)."""
-        s = self.settings
         while not self._stopping:
+            if self._reload_requested:
+                self._reload()
             result = self.run_pass()
+            s = self.settings
             if not result.ok and not self.succeeded and s.fail_on_init_error:
                 return 1
             if s.oneshot and result.ok:
@@ -209,10 +242,13 @@ class Daemon:
         return 0
 
     def install_signal_handlers(self) -> None:
+        """SIGTERM/SIGINT: stop after the current pass. SIGHUP: reload settings and run a pass now (as
+        NVIDIA's config-manager sidecar expects after it switched the config file)."""
+
         def on_stop(signum: int, _frame: Any) -> None:
             log.info("received %s", signal.Signals(signum).name)
             self.stop()
 
         signal.signal(signal.SIGTERM, on_stop)
         signal.signal(signal.SIGINT, on_stop)
-        signal.signal(signal.SIGHUP, lambda _s, _f: self.wake())
+        signal.signal(signal.SIGHUP, lambda _s, _f: self.request_reload())

@@ -246,3 +246,51 @@ def test_a_signal_ends_the_daemon_cleanly_and_leaves_the_file(
     assert "Traceback" not in err
     assert "stays in place" in err
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def sharing_config(replicas: int) -> str:
+    return (
+        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+        f"      - name: nvidia.com/gpu\n        replicas: {replicas}\n"
+    )
+
+
+def test_sighup_rereads_the_config_file_and_relabels_at_once(profile: Path, tmp_path: Path) -> None:
+    # NVIDIA's config-manager sidecar switches the config file, then sends SIGHUP.
+    out, config = tmp_path / "gfd", tmp_path / "config.yaml"
+    config.write_text(sharing_config(2))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gfd",
+            "--backend",
+            "mock",
+            "--mock-profile",
+            str(profile),
+            "--output-file",
+            str(out),
+            "--sleep-interval",
+            "1h",
+            "--config-file",
+            str(config),
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(lambda: out.exists() and "nvidia.com/gpu.replicas=2\n" in out.read_text())
+        config.write_text("version: v1\nsharing: [")  # a broken file: keep going with what works
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
+        assert proc.poll() is None
+        config.write_text(sharing_config(4))
+        proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "nvidia.com/gpu.replicas=4\n" in out.read_text())
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0
+    assert "reload:" in err and "not valid YAML" in err
+    assert "Traceback" not in err
