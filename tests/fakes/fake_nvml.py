@@ -153,7 +153,10 @@ class _Symbol:
 
 
 class FakeNvml:
-    """A fake ``libnvidia-ml.so.1`` answering NVML's C symbols from a machine profile."""
+    """A fake ``libnvidia-ml.so.1`` answering NVML's C symbols from a machine profile.
+
+    Each ``c_<symbol>`` method implements one C symbol; the instance exports it as ``<symbol>``.
+    """
 
     def __init__(
         self,
@@ -167,24 +170,17 @@ class FakeNvml:
         self.driver_not_loaded = driver_not_loaded
         self.lib_version = lib_version
         self.fail: dict[str, int] = dict(fail or {})
+        self._per_gpu_fail = any(":" in key for key in self.fail)
         self.calls: Counter[str] = Counter()
         self.init_count = 0
         self._handles: dict[int, FakeGpu | FakeMig | tuple[str, FakeMig]] = {}
         self.gpus = [self._make_gpu(i, d) for i, d in enumerate(self.profile.devices)]
-        self._symbols: dict[str, _Symbol] = {}
-        for name, impl in vars(type(self)).items():
-            if name.startswith("nvml") and self.fail.get(name) != ERROR_FUNCTION_NOT_FOUND:
-                self._symbols[name] = _Symbol(self, name, impl.__get__(self))
-
-    def __getattribute__(self, name: str) -> Any:
-        # Only the symbols this library build has resolve; any other NVML name is an
-        # AttributeError, which the bindings turn into NVMLError_FunctionNotFound.
-        if name.startswith("nvml"):
-            try:
-                return object.__getattribute__(self, "_symbols")[name]
-            except KeyError:
-                raise AttributeError(name) from None
-        return object.__getattribute__(self, name)
+        # The C symbols this library build exports, as instance attributes: any other NVML name is
+        # an AttributeError, which the bindings turn into NVMLError_FunctionNotFound.
+        for attr, impl in vars(type(self)).items():
+            name = attr[2:]
+            if attr.startswith("c_nvml") and self.fail.get(name) != ERROR_FUNCTION_NOT_FOUND:
+                setattr(self, name, _Symbol(self, name, impl.__get__(self)))
 
     # ---- set-up -------------------------------------------------------------------------------
 
@@ -247,7 +243,7 @@ class FakeNvml:
         if name == "nvmlErrorString":
             return impl(*args)
         code = self.fail.get(name)
-        if code is None and args:
+        if code is None and args and self._per_gpu_fail:
             gpu = self._gpu_of(args[0])
             if gpu is not None:
                 code = self.fail.get(f"{name}:{gpu.index}")
@@ -288,10 +284,10 @@ class FakeNvml:
 
     # ---- init / system ------------------------------------------------------------------------
 
-    def nvmlInitWithFlags(self, flags: Any) -> int:
+    def c_nvmlInitWithFlags(self, flags: Any) -> int:
         return self._init()
 
-    def nvmlInit_v2(self) -> int:
+    def c_nvmlInit_v2(self) -> int:
         return self._init()
 
     def _init(self) -> int:
@@ -302,28 +298,28 @@ class FakeNvml:
         self.init_count += 1
         return SUCCESS
 
-    def nvmlShutdown(self) -> int:
+    def c_nvmlShutdown(self) -> int:
         self.init_count -= 1
         return SUCCESS
 
-    def nvmlErrorString(self, code: Any) -> bytes:
+    def c_nvmlErrorString(self, code: Any) -> bytes:
         return _ERROR_STRINGS.get(_int(code), "Unknown Error").encode()
 
-    def nvmlSystemGetDriverVersion(self, buf: Any, length: Any) -> int:
+    def c_nvmlSystemGetDriverVersion(self, buf: Any, length: Any) -> int:
         if self.profile.driver_version is None:
             return ERROR_NOT_SUPPORTED
         return _put_str(buf, length, self.profile.driver_version)
 
-    def nvmlSystemGetNVMLVersion(self, buf: Any, length: Any) -> int:
+    def c_nvmlSystemGetNVMLVersion(self, buf: Any, length: Any) -> int:
         if self.profile.driver_version is None:
             return ERROR_NOT_SUPPORTED
         major = (self.profile.cuda_driver_version or 12000) // 1000
         return _put_str(buf, length, f"{major}.{self.profile.driver_version}")
 
-    def nvmlSystemGetCudaDriverVersion(self, out: Any) -> int:
+    def c_nvmlSystemGetCudaDriverVersion(self, out: Any) -> int:
         return self._cuda_version(out)
 
-    def nvmlSystemGetCudaDriverVersion_v2(self, out: Any) -> int:
+    def c_nvmlSystemGetCudaDriverVersion_v2(self, out: Any) -> int:
         return self._cuda_version(out)
 
     def _cuda_version(self, out: Any) -> int:
@@ -333,16 +329,16 @@ class FakeNvml:
 
     # ---- devices ------------------------------------------------------------------------------
 
-    def nvmlDeviceGetCount_v2(self, out: Any) -> int:
+    def c_nvmlDeviceGetCount_v2(self, out: Any) -> int:
         return _put(out, value=len(self.gpus))
 
-    def nvmlDeviceGetHandleByIndex_v2(self, index: Any, out: Any) -> int:
+    def c_nvmlDeviceGetHandleByIndex_v2(self, index: Any, out: Any) -> int:
         i = _int(index)
         if not 0 <= i < len(self.gpus):
             return ERROR_INVALID_ARGUMENT
         return _put_handle(out, self.gpus[i].handle)
 
-    def nvmlDeviceGetHandleByUUID(self, uuid: Any, out: Any) -> int:
+    def c_nvmlDeviceGetHandleByUUID(self, uuid: Any, out: Any) -> int:
         wanted = uuid.decode() if isinstance(uuid, bytes) else str(getattr(uuid, "value", uuid))
         for gpu in self.gpus:
             if gpu.uuid == wanted:
@@ -352,7 +348,7 @@ class FakeNvml:
                     return _put_handle(out, mig.handle)
         return ERROR_NOT_FOUND
 
-    def nvmlDeviceGetName(self, handle: Any, buf: Any, length: Any) -> int:
+    def c_nvmlDeviceGetName(self, handle: Any, buf: Any, length: Any) -> int:
         dev = self._device(handle)
         if dev is None:
             return ERROR_INVALID_ARGUMENT
@@ -360,19 +356,19 @@ class FakeNvml:
             return _put_str(buf, length, f"{dev.gpu.spec.name} MIG {dev.spec.profile}")
         return _put_str(buf, length, dev.spec.name)
 
-    def nvmlDeviceGetUUID(self, handle: Any, buf: Any, length: Any) -> int:
+    def c_nvmlDeviceGetUUID(self, handle: Any, buf: Any, length: Any) -> int:
         dev = self._device(handle)
         if dev is None:
             return ERROR_INVALID_ARGUMENT
         return _put_str(buf, length, dev.uuid)
 
-    def nvmlDeviceGetMemoryInfo(self, handle: Any, out: Any) -> int:
+    def c_nvmlDeviceGetMemoryInfo(self, handle: Any, out: Any) -> int:
         total = self._memory_bytes(handle)
         if total is None:
             return ERROR_NOT_SUPPORTED
         return _put(out, total=total, free=total - 2 * MIB, used=2 * MIB)
 
-    def nvmlDeviceGetMemoryInfo_v2(self, handle: Any, out: Any) -> int:
+    def c_nvmlDeviceGetMemoryInfo_v2(self, handle: Any, out: Any) -> int:
         if not _has_version(out, MEMORY_V2):
             return ERROR_ARGUMENT_VERSION_MISMATCH
         total = self._memory_bytes(handle)
@@ -388,7 +384,7 @@ class FakeNvml:
             return None
         return dev.spec.memory_mib * MIB
 
-    def nvmlDeviceGetCudaComputeCapability(self, handle: Any, major: Any, minor: Any) -> int:
+    def c_nvmlDeviceGetCudaComputeCapability(self, handle: Any, major: Any, minor: Any) -> int:
         dev = self._device(handle)
         gpu = dev.gpu if isinstance(dev, FakeMig) else dev
         if gpu is None or gpu.spec.compute_capability is None:
@@ -397,7 +393,7 @@ class FakeNvml:
         _put(major, value=int(ma))
         return _put(minor, value=int(mi))
 
-    def nvmlDeviceGetPciInfo_v3(self, handle: Any, out: Any) -> int:
+    def c_nvmlDeviceGetPciInfo_v3(self, handle: Any, out: Any) -> int:
         dev = self._device(handle)
         gpu = dev.gpu if isinstance(dev, FakeMig) else dev
         if gpu is None:
@@ -415,26 +411,26 @@ class FakeNvml:
             pciSubSystemId=0,
         )
 
-    def nvmlDeviceGetMinorNumber(self, handle: Any, out: Any) -> int:
+    def c_nvmlDeviceGetMinorNumber(self, handle: Any, out: Any) -> int:
         gpu = self._gpu_of(handle)
         return ERROR_INVALID_ARGUMENT if gpu is None else _put(out, value=gpu.index)
 
     # ---- MIG ----------------------------------------------------------------------------------
 
-    def nvmlDeviceGetMigMode(self, handle: Any, current: Any, pending: Any) -> int:
+    def c_nvmlDeviceGetMigMode(self, handle: Any, current: Any, pending: Any) -> int:
         dev = self._device(handle)
         if not isinstance(dev, FakeGpu) or not dev.mig_capable:
             return ERROR_NOT_SUPPORTED
         _put(current, value=dev.mig_current)
         return _put(pending, value=dev.mig_pending)
 
-    def nvmlDeviceGetMaxMigDeviceCount(self, handle: Any, out: Any) -> int:
+    def c_nvmlDeviceGetMaxMigDeviceCount(self, handle: Any, out: Any) -> int:
         dev = self._device(handle)
         if not isinstance(dev, FakeGpu) or not dev.mig_capable:
             return ERROR_NOT_SUPPORTED
         return _put(out, value=max(7, len(dev.migs)))
 
-    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: Any, out: Any) -> int:
+    def c_nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: Any, out: Any) -> int:
         dev = self._device(handle)
         if not isinstance(dev, FakeGpu) or not dev.mig_capable:
             return ERROR_NOT_SUPPORTED
@@ -443,25 +439,25 @@ class FakeNvml:
             return ERROR_NOT_FOUND
         return _put_handle(out, dev.migs[i].handle)
 
-    def nvmlDeviceIsMigDeviceHandle(self, handle: Any, out: Any) -> int:
+    def c_nvmlDeviceIsMigDeviceHandle(self, handle: Any, out: Any) -> int:
         dev = self._device(handle)
         return ERROR_INVALID_ARGUMENT if dev is None else _put(out, value=int(isinstance(dev, FakeMig)))
 
-    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, handle: Any, out: Any) -> int:
+    def c_nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, handle: Any, out: Any) -> int:
         dev = self._device(handle)
         if not isinstance(dev, FakeMig):
             return ERROR_INVALID_ARGUMENT
         return _put_handle(out, dev.gpu.handle)
 
-    def nvmlDeviceGetGpuInstanceId(self, handle: Any, out: Any) -> int:
+    def c_nvmlDeviceGetGpuInstanceId(self, handle: Any, out: Any) -> int:
         dev = self._device(handle)
         return _put(out, value=dev.gi_id) if isinstance(dev, FakeMig) else ERROR_INVALID_ARGUMENT
 
-    def nvmlDeviceGetComputeInstanceId(self, handle: Any, out: Any) -> int:
+    def c_nvmlDeviceGetComputeInstanceId(self, handle: Any, out: Any) -> int:
         dev = self._device(handle)
         return _put(out, value=dev.ci_id) if isinstance(dev, FakeMig) else ERROR_INVALID_ARGUMENT
 
-    def nvmlDeviceGetAttributes_v2(self, handle: Any, out: Any) -> int:
+    def c_nvmlDeviceGetAttributes_v2(self, handle: Any, out: Any) -> int:
         dev = self._device(handle)
         if not isinstance(dev, FakeMig):
             return ERROR_NOT_SUPPORTED
@@ -511,20 +507,20 @@ class FakeNvml:
             fields["name"] = f"MIG {m.profile}".encode()
         return _put(out, **fields)
 
-    def nvmlDeviceGetGpuInstanceProfileInfo(self, handle: Any, profile: Any, out: Any) -> int:
+    def c_nvmlDeviceGetGpuInstanceProfileInfo(self, handle: Any, profile: Any, out: Any) -> int:
         return self._gi_profile(handle, profile, out, versioned=False)
 
-    def nvmlDeviceGetGpuInstanceProfileInfoV(self, handle: Any, profile: Any, out: Any) -> int:
+    def c_nvmlDeviceGetGpuInstanceProfileInfoV(self, handle: Any, profile: Any, out: Any) -> int:
         return self._gi_profile(handle, profile, out, versioned=True)
 
-    def nvmlDeviceGetGpuInstanceById(self, handle: Any, gi_id: Any, out: Any) -> int:
+    def c_nvmlDeviceGetGpuInstanceById(self, handle: Any, gi_id: Any, out: Any) -> int:
         dev = self._device(handle)
         if not isinstance(dev, FakeGpu):
             return ERROR_INVALID_ARGUMENT
         mig = next((m for m in dev.migs if m.gi_id == _int(gi_id)), None)
         return ERROR_NOT_FOUND if mig is None else _put_handle(out, mig.gi_handle)
 
-    def nvmlGpuInstanceGetInfo(self, gi: Any, out: Any) -> int:
+    def c_nvmlGpuInstanceGetInfo(self, gi: Any, out: Any) -> int:
         mig = self._instance(gi, "gi")
         if mig is None:
             return ERROR_INVALID_ARGUMENT
@@ -538,13 +534,13 @@ class FakeNvml:
         info.placement.size = mig.spec.gi_slices
         return SUCCESS
 
-    def nvmlGpuInstanceGetComputeInstanceById(self, gi: Any, ci_id: Any, out: Any) -> int:
+    def c_nvmlGpuInstanceGetComputeInstanceById(self, gi: Any, ci_id: Any, out: Any) -> int:
         mig = self._instance(gi, "gi")
         if mig is None:
             return ERROR_INVALID_ARGUMENT
         return _put_handle(out, mig.ci_handle) if _int(ci_id) == mig.ci_id else ERROR_NOT_FOUND
 
-    def nvmlComputeInstanceGetInfo_v2(self, ci: Any, out: Any) -> int:
+    def c_nvmlComputeInstanceGetInfo_v2(self, ci: Any, out: Any) -> int:
         mig = self._instance(ci, "ci")
         info = _struct(out)
         if mig is None or info is None:
@@ -586,11 +582,11 @@ class FakeNvml:
             fields["name"] = f"MIG {m.profile}".encode()
         return _put(out, **fields)
 
-    def nvmlGpuInstanceGetComputeInstanceProfileInfo(self, gi: Any, profile: Any, eng: Any, out: Any) -> int:
-        return self._ci_profile(gi, profile, eng, out, versioned=False)
+    def c_nvmlGpuInstanceGetComputeInstanceProfileInfo(self, gi: Any, pid: Any, eng: Any, out: Any) -> int:
+        return self._ci_profile(gi, pid, eng, out, versioned=False)
 
-    def nvmlGpuInstanceGetComputeInstanceProfileInfoV(self, gi: Any, profile: Any, eng: Any, out: Any) -> int:
-        return self._ci_profile(gi, profile, eng, out, versioned=True)
+    def c_nvmlGpuInstanceGetComputeInstanceProfileInfoV(self, gi: Any, pid: Any, eng: Any, out: Any) -> int:
+        return self._ci_profile(gi, pid, eng, out, versioned=True)
 
     # ---- fabric (cliques) ---------------------------------------------------------------------
 
@@ -616,10 +612,10 @@ class FakeNvml:
         info.status = SUCCESS
         return SUCCESS
 
-    def nvmlDeviceGetGpuFabricInfo(self, handle: Any, out: Any) -> int:
+    def c_nvmlDeviceGetGpuFabricInfo(self, handle: Any, out: Any) -> int:
         return self._fabric(handle, out)
 
-    def nvmlDeviceGetGpuFabricInfoV(self, handle: Any, out: Any) -> int:
+    def c_nvmlDeviceGetGpuFabricInfoV(self, handle: Any, out: Any) -> int:
         if not _has_version(out, FABRIC_INFO_V2, FABRIC_INFO_V3):
             return ERROR_ARGUMENT_VERSION_MISMATCH
         return self._fabric(handle, out)
