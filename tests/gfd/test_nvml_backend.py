@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ from gfd.backends import nvml_errors
 from gfd.backends.errors import BackendError
 from gfd.backends.nvml import NvmlBackend
 from gfd.inventory import Device, Inventory, cuda_version_parts
+from gfd.labels import LabelOptions, build_labels
 from gfd.profile import MachineProfile, load_profile
 from tests.fakes.fake_nvml import FakeNvml, install_fake_nvml
 
@@ -56,6 +58,18 @@ def test_probe_reports_what_the_machine_has(monkeypatch: MP, tmp_path: Path, pat
     assert len(inv.devices) == len(want.devices)
     for got, exp in zip(inv.devices, want.devices, strict=True):
         assert got == _expected(profile, exp, got)
+
+
+@pytest.mark.parametrize("strategy", ["none", "single", "mixed"])
+@pytest.mark.parametrize("path", _profiles(), ids=lambda p: p.stem)
+def test_labels_match_the_simulated_node(monkeypatch: MP, tmp_path: Path, path: Path, strategy: str) -> None:
+    """Probing a machine through NVML labels it as the mock backend labels its profile, minus "simulated"."""
+    profile = load_profile(path)
+    inv = dataclasses.replace(_probe(monkeypatch, tmp_path, profile), machine=profile.machine)
+    opts = LabelOptions(mig_strategy=strategy, with_vgpu=True)  # type: ignore[arg-type]
+    mock = build_labels(profile.to_inventory(), opts)
+    assert mock.pop("nvidia.com/gpu.simulated") == "true"
+    assert build_labels(inv, opts) == mock
 
 
 def test_the_probe_always_closes_nvml(monkeypatch: MP, tmp_path: Path) -> None:
