@@ -9,17 +9,25 @@ NVIDIA_VENDOR = 0x10DE
 PCI_DIR = "sys/bus/pci/devices"
 
 
-def scan_pci(ctx: Context) -> tuple[list[PciGpu], int]:
-    """NVIDIA display-class functions, and the count of other NVIDIA functions (audio, NVSwitch, ...)."""
+def _other_kind(pci_class: int | None) -> str:
+    if pci_class is not None and pci_class >> 8 == 0x0403:
+        return "audio"
+    if pci_class is not None and pci_class >> 16 == 0x06:
+        return "bridge (NVSwitch)"
+    return "other"
+
+
+def scan_pci(ctx: Context) -> tuple[list[PciGpu], list[str]]:
+    """NVIDIA display-class functions, and the kinds of the other NVIDIA functions (HDMI audio, NVSwitch)."""
     gpus: list[PciGpu] = []
-    others = 0
+    others: list[str] = []
     base = ctx.path(PCI_DIR)
     for dev in sorted(base.iterdir()) if base.is_dir() else []:
         if read_hex(dev / "vendor") != NVIDIA_VENDOR:
             continue
         pci_class = read_hex(dev / "class")
         if pci_class is not None and pci_class >> 16 != 0x03:
-            others += 1
+            others.append(_other_kind(pci_class))
             continue
         gpus.append(PciGpu(dev.name, read_hex(dev / "device"), pci_class))
     return gpus, others
@@ -31,7 +39,8 @@ def check(ctx: Context) -> list[Finding]:
     if gpus:
         shown = ", ".join(f"{g.address} {g.kind} [10de:{g.device_id or 0:04x}]" for g in gpus[:4])
         more = f" and {len(gpus) - 4} more" if len(gpus) > 4 else ""
-        extra = f"; plus {others} other NVIDIA function(s) (audio, bridge)" if others else ""
+        kinds = ", ".join(f"{others.count(k)} {k}" for k in sorted(set(others)))
+        extra = f"; other NVIDIA functions, not GPUs: {kinds}" if others else ""
         return [Finding("PASS", f"{len(gpus)} NVIDIA GPU(s) on the PCI bus: {shown}{more}{extra}")]
     facts = jetson_facts(ctx.host_root)
     if facts is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,29 @@ def library_versions(root: Path) -> list[str]:
     return sorted(found)
 
 
+def _init(ctx: Context, pynvml: Any) -> None:
+    """nvmlInit; in a container without the driver's library (e.g. `kubectl debug node/...`), retry with
+    the host's own libnvidia-ml.so.1 under --host-root."""
+    try:
+        pynvml.nvmlInit()
+        return
+    except pynvml.NVMLError_LibraryNotFound:
+        if ctx.host_root.resolve() == Path("/"):
+            raise
+        for rel in LIB_DIRS:
+            candidate = ctx.host_root / rel / "libnvidia-ml.so.1"
+            if not candidate.exists():
+                continue
+            try:
+                lib = ctypes.CDLL(str(candidate))
+            except OSError:
+                continue
+            pynvml.nvmlLib = lib  # the bindings load the library once into this module global
+            pynvml.nvmlInit()
+            return
+        raise
+
+
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -38,7 +62,7 @@ def check(ctx: Context) -> list[Finding]:
     except ImportError:
         return [Finding("FAIL", "the nvidia-ml-py package is missing", "`pip install nvidia-ml-py`")]
     try:
-        pynvml.nvmlInit()
+        _init(ctx, pynvml)
     except pynvml.NVMLError as err:
         return _init_failed(ctx, pynvml, err)
     try:

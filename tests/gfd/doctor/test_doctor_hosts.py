@@ -25,7 +25,7 @@ def test_healthy_pci_host_passes_every_layer(host, nvml, doctor):
     assert s["Kubernetes"] == "SKIP"  # no kubeconfig, no --node
     hw = layer(report, 1)[0]["evidence"]
     assert "2 NVIDIA GPU(s)" in hw and "0000:07:00.0 3D controller [10de:20b0]" in hw
-    assert "1 other NVIDIA function" in hw  # the NVSwitch bridge is not counted as a GPU
+    assert "other NVIDIA functions, not GPUs: 1 bridge (NVSwitch)" in hw
     assert "550.54.15" in layer(report, 2)[0]["evidence"]
     assert "2 GPU(s): NVIDIA A100-SXM4-40GB" in layer(report, 3)[0]["evidence"]
     assert "CUDA up to 12.4" in layer(report, 4)[0]["evidence"]
@@ -102,6 +102,7 @@ def test_containerd_without_nvidia_runtime_fails_layer_6(host, nvml, doctor):
     assert "nvidia-ctk runtime configure --runtime=containerd" in c["fix"]
     # the GeForce's HDMI audio function is not a second GPU
     assert "1 NVIDIA GPU(s)" in layer(report, 1)[0]["evidence"]
+    assert "other NVIDIA functions, not GPUs: 1 audio" in layer(report, 1)[0]["evidence"]
 
 
 def test_k3s_host_reads_k3s_containerd_config(host, nvml, doctor):
