@@ -147,8 +147,7 @@ def _run(args: argparse.Namespace, policy: Policy, dirs: list[Path]) -> int:
         service.run()
         return 0
     except ApiError as err:
-        verb = "patch" if args.command == "prune" or args.oneshot else "get"
-        message = explain(err, verb) if err.status in (401, 403) else f"{err.code}: {err.message}"
+        message = explain(err) if err.status in (401, 403) else f"{err.code}: {err.message}"
         print(f"nfd-lite: error: {message}", file=sys.stderr)
         return 1
     finally:

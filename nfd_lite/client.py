@@ -33,11 +33,12 @@ class ConfigError(Exception):
 class ApiError(Exception):
     """A failed request: ``status`` is the HTTP code, 0 for connection errors and timeouts."""
 
-    def __init__(self, status: int, message: str, retry_after: float | None = None) -> None:
+    def __init__(self, status: int, message: str, retry_after: float | None = None, verb: str = "") -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.retry_after = retry_after
+        self.verb = verb  # the Kubernetes verb of the failed request: get, list, watch or patch
 
     @property
     def code(self) -> str:
@@ -168,6 +169,7 @@ class NodeApi:
         stream: bool = False,
     ) -> Any:
         headers = {"Accept": "application/json"}
+        verb = method.lower() if path == self._path else "watch" if stream else "list"
         if content_type:
             headers["Content-Type"] = content_type
         for attempt in (1, 2):
@@ -182,7 +184,7 @@ class NodeApi:
             try:
                 response = self.api.call_api(*request, _request_timeout=timeout or self.request_timeout)
             except (urllib3.exceptions.HTTPError, OSError) as err:
-                raise ApiError(0, f"{method} {path}: {type(err).__name__}: {err}") from err
+                raise ApiError(0, f"{method} {path}: {type(err).__name__}: {err}", verb=verb) from err
             if 200 <= response.status < 300:
                 if stream:
                     return response.response
@@ -195,6 +197,7 @@ class NodeApi:
                 response.status,
                 _status_message(response.status, data),
                 _retry_after(response.headers) if response.status in (429, 503) else None,
+                verb,
             )
         raise AssertionError("unreachable")
 
@@ -256,7 +259,7 @@ class NodeApi:
             response.release_conn()
 
 
-def explain(err: ApiError, verb: str) -> str:
+def explain(err: ApiError) -> str:
     """One clear line for 401/403: which credential or permission is missing, or which policy refused."""
     if err.status == 401:
         return (
@@ -265,10 +268,10 @@ def explain(err: ApiError, verb: str) -> str:
         )
     if "ValidatingAdmissionPolicy" in err.message or "admission" in err.message.lower():
         return (
-            f"an admission policy refused the {verb} of this node (403): it may only change labels "
-            f"under the allowed prefixes and the ownership annotation of its own node ({err.message})"
+            f"an admission policy refused the {err.verb or 'request'} of this node (403): it may only change "
+            f"labels under the allowed prefixes and the ownership annotation of its own node ({err.message})"
         )
     return (
-        f"permission denied (403): the service account needs '{verb}' on core 'nodes' for this node; check "
-        f"ClusterRole/ClusterRoleBinding gpu-labeller-nfd-lite ({err.message})"
+        f"permission denied (403): the service account needs '{err.verb}' on core 'nodes' for this node; "
+        f"check ClusterRole/ClusterRoleBinding gpu-labeller-nfd-lite ({err.message})"
     )

@@ -140,9 +140,8 @@ class Service:
     def _failed(self, retry_state: RetryCallState, verb: str) -> None:
         err = retry_state.outcome.exception() if retry_state.outcome else None
         if isinstance(err, ApiError):
-            self.metrics.api_errors.labels(err.code).inc()
             if err.status in (401, 403):
-                line = explain(err, verb)
+                line = explain(err)
                 now = time.monotonic()
                 if now - self._auth_logged.get(line, -1e9) > 600:  # one clear line, not one per retry
                     self._auth_logged[line] = now
@@ -163,7 +162,15 @@ class Service:
             before_sleep=lambda s: self._failed(s, verb),
             reraise=True,
         )
-        return retrying(fn)
+
+        def counted() -> T:
+            try:
+                return fn()
+            except ApiError as err:
+                self.metrics.api_errors.labels(err.code).inc()
+                raise
+
+        return retrying(counted)
 
     # ---- reconciling (main thread) ----
 
