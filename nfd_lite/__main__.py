@@ -1,0 +1,5 @@
+"""``python -m nfd_lite`` is the ``nfd-lite`` command."""
+
+from nfd_lite.cli import main
+
+raise SystemExit(main())
