@@ -19,6 +19,8 @@ from tests.apiserver.server import FakeApiServer
 from tests.nfd_lite.writer import NODE, eventually, ours, owned
 
 ROOT = Path(__file__).resolve().parents[2]
+Setup = tuple[FakeApiServer, Path, Path]
+BOTH = {"nvidia.com/gpu.count": "2", "feature.node.kubernetes.io/gpu.present": "true"}
 
 
 @pytest.fixture
@@ -65,7 +67,7 @@ def test_oneshot_then_prune(
     apiserver, kubeconfig, features = setup
     common = ["--kubeconfig", str(kubeconfig), "--node-name", NODE]
     assert main([*common, "--oneshot", "--features-dir", str(features)]) == 0
-    assert ours(apiserver) == {"nvidia.com/gpu.count": "2", "feature.node.kubernetes.io/gpu.present": "true"}
+    assert ours(apiserver) == BOTH
     assert apiserver.count("PATCH") == 1
     assert main(["prune", *common]) == 0
     assert "removed 2 owned labels" in capsys.readouterr().out
@@ -153,5 +155,5 @@ def test_daemon_serves_health_and_metrics_and_sigterm_leaves_labels(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert ours(apiserver) == {"nvidia.com/gpu.count": "2", "feature.node.kubernetes.io/gpu.present": "true"}
+    assert ours(apiserver) == BOTH
     assert "Traceback" not in (proc.stderr.read() if proc.stderr else "")
