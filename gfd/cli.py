@@ -17,13 +17,14 @@ class _Formatter(logging.Formatter):
         return f"gfd: {record.levelname.lower()}: {record.getMessage()}"
 
 
-def _setup_logging(level: int) -> None:
+def _setup_logging(level: int) -> logging.Handler:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_Formatter())
     root = logging.getLogger("gfd")
     root.handlers[:] = [handler]
     root.setLevel(level)
     root.propagate = False
+    return handler
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -35,7 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from gfd.config import ConfigError, load_settings
 
-    _setup_logging(logging.WARNING)
+    handler = _setup_logging(logging.WARNING)
     log = logging.getLogger("gfd")
     try:
         settings = load_settings(args, os.environ)
@@ -43,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gfd: error: {err}", file=sys.stderr)
         return 2
     if not settings.oneshot:
-        _setup_logging(logging.DEBUG if os.environ.get("GFD_DEBUG") else logging.INFO)
+        handler = _setup_logging(logging.DEBUG if os.environ.get("GFD_DEBUG") else logging.INFO)
 
     if settings.mock_profile is not None:
         # A malformed profile is bad input, not a broken GPU stack: say so up front with exit 2.
@@ -79,5 +80,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings.mig_strategy,
     )
     daemon = Daemon(settings, metrics=metrics, reload_fn=lambda: load_settings(args, os.environ))
+    handler.addFilter(daemon.repeat_filter)
     daemon.install_signal_handlers()
     return daemon.run()

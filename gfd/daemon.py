@@ -13,10 +13,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+import os
+import select
 import signal
-import threading
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -56,6 +58,26 @@ def read_machine_type(path: Path) -> str | None:
     return text or None
 
 
+class RepeatFilter(logging.Filter):
+    """Lets a warning through once while it repeats pass after pass (a GPU that never reports its
+    memory should not fill the log every minute); it is shown again after a pass without it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._previous: set[str] = set()
+        self._current: set[str] = set()
+
+    def new_pass(self) -> None:
+        self._previous, self._current = self._current, set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.WARNING:
+            return True
+        message = record.getMessage()
+        self._current.add(message)
+        return message not in self._previous
+
+
 @dataclasses.dataclass
 class PassResult:
     ok: bool
@@ -85,10 +107,10 @@ class Daemon:
         self.detect_fn = detect_fn
         self.backend: Backend | None = None
         self.succeeded = False
-        self._wake = threading.Event()
+        self._wake_fds: tuple[int, int] | None = None  # self-pipe, open while run() runs
         self._stopping = False
         self._last_error: str | None = None
-        self._last_warnings: tuple[str, ...] = ()
+        self.repeat_filter = RepeatFilter()
         # Start from what the file holds, so a restarted daemon does not rewrite an up-to-date file.
         self.written: Mapping[str, str] | None = None
         self.written_expiry: datetime | None = None
@@ -126,6 +148,7 @@ class Daemon:
 
     def run_pass(self) -> PassResult:
         now = self.clock()
+        self.repeat_filter.new_pass()
         try:
             inv = self.probe()
             labels = self.label_fn(inv, self.settings, now)
@@ -134,7 +157,8 @@ class Daemon:
         except Exception as err:  # a bug must not kill the daemon nor write half-made labels
             log.debug("unexpected error in a pass", exc_info=True)
             return self._failed("internal", f"internal: {type(err).__name__}: {err}", now)
-        self._report_warnings(inv.warnings)
+        for warning in inv.warnings:
+            log.warning("%s", warning)
         try:
             written = self._write_if_needed(labels, now)
         except OSError as err:
@@ -181,27 +205,39 @@ class Daemon:
         threshold = span / 2 if interval is None else max(span / 2, interval * 1.5)
         return self.written_expiry - now < threshold
 
-    def _report_warnings(self, warnings: tuple[str, ...]) -> None:
-        if warnings != self._last_warnings:
-            for w in warnings:
-                log.warning("%s", w)
-            self._last_warnings = warnings
-
     # --- the loop ---
 
     def stop(self) -> None:
         """Ask the loop to end after the current pass (safe from signal handlers and other threads)."""
         self._stopping = True
-        self._wake.set()
+        self._poke()
 
     def wake(self) -> None:
         """Run the next pass now."""
-        self._wake.set()
+        self._poke()
 
     def request_reload(self) -> None:
         """Re-read the settings (above all the config file), then run a pass now."""
         self._reload_requested = True
-        self._wake.set()
+        self._poke()
+
+    # A signal handler must not take locks (threading.Event does: a signal landing while the loop
+    # holds that lock would deadlock), so the loop sleeps in select() on a pipe the handlers write to.
+    def _poke(self) -> None:
+        fds = self._wake_fds
+        if fds is not None:
+            with contextlib.suppress(OSError):  # full (already poked) or closed (loop ended)
+                os.write(fds[1], b"\0")
+
+    def _sleep(self, seconds: float | None) -> None:
+        fds = self._wake_fds
+        assert fds is not None
+        if self._stopping or self._reload_requested:
+            return  # asked before the pipe could carry it
+        ready, _, _ = select.select([fds[0]], [], [], seconds)
+        if ready:
+            with contextlib.suppress(OSError):
+                os.read(fds[0], 4096)
 
     def _reload(self) -> None:
         from gfd.config import ConfigError
@@ -224,6 +260,18 @@ class Daemon:
 
     def run(self) -> int:
         """Loop until stopped; return the exit status (1 when the first pass fails and must be fatal)."""
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(read_fd, False)
+        os.set_blocking(write_fd, False)
+        self._wake_fds = (read_fd, write_fd)
+        try:
+            return self._loop()
+        finally:
+            self._wake_fds = None
+            os.close(read_fd)
+            os.close(write_fd)
+
+    def _loop(self) -> int:
         while not self._stopping:
             if self._reload_requested:
                 self._reload()
@@ -236,8 +284,7 @@ class Daemon:
             wait = s.sleep_interval
             if wait is None and not result.ok:
                 wait = RETRY_WHEN_IDLE
-            self._wake.wait(wait.total_seconds() if wait is not None else None)
-            self._wake.clear()
+            self._sleep(wait.total_seconds() if wait is not None else None)
         log.info("stopping; the feature file stays in place until its labels expire")
         return 0
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 import signal
 import subprocess
@@ -294,3 +295,35 @@ def test_sighup_rereads_the_config_file_and_relabels_at_once(profile: Path, tmp_
     assert proc.returncode == 0
     assert "reload:" in err and "not valid YAML" in err
     assert "Traceback" not in err
+
+
+def test_a_warning_that_repeats_every_pass_is_logged_once(profile: Path, tmp_path: Path) -> None:
+    warned = Inventory(backend="mock", driver_version="550.54.15", warnings=("GPU 0: memory not reported",))
+    quiet = Inventory(backend="mock", driver_version="550.54.15")
+    answers = [warned, warned, warned, quiet, warned]
+
+    class Scripted:
+        name = "mock"
+
+        def probe(self) -> Inventory:
+            return answers.pop(0)
+
+    daemon = Daemon(
+        settings(profile, tmp_path / "gfd"), clock=Clock(), detect_fn=lambda *a, **k: (Scripted(), None)
+    )
+    seen: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    handler = Collect()
+    handler.addFilter(daemon.repeat_filter)
+    logger = logging.getLogger("gfd")
+    logger.addHandler(handler)
+    try:
+        for _ in range(5):
+            assert daemon.run_pass().ok
+    finally:
+        logger.removeHandler(handler)
+    assert seen.count("GPU 0: memory not reported") == 2  # once, and again after it went away and came back
