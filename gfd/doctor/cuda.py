@@ -25,7 +25,12 @@ def check_driver(ctx: Context) -> list[Finding]:
         return [Finding("SKIP", "driver version unknown, so CUDA support cannot be judged")]
     table = load_table()
     reported = cuda_version_parts(ctx.cuda_driver_version) if ctx.cuda_driver_version else None
-    highest = reported or table.highest_supported(driver)
+    try:
+        highest = reported or table.highest_supported(driver)
+        if ctx.cuda is not None:
+            verdict(table, driver, ctx.cuda, reported)
+    except ValueError:
+        return [Finding("WARN", f"cannot read driver version {driver!r}, so CUDA support cannot be judged")]
     source = "as the driver reports" if reported else "from the CUDA release table"
     if highest is None:
         return [

@@ -9,9 +9,11 @@ import os
 import re
 import socket
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from gfd.doctor.model import Context, Finding, Status
+
+MigStrategy = Literal["none", "single", "mixed"]
 
 IN_CLUSTER_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 KEY_LABELS = ("nvidia.com/gpu.present", "nvidia.com/gpu.count", "nvidia.com/gpu.product")
@@ -147,8 +149,9 @@ def expected_labels(ctx: Context, node_labels: dict[str, str]) -> dict[str, str]
         from gfd.labels import LabelOptions, build_labels
 
         backend = select_backend("auto", host_root=ctx.host_root, mock_profile=None, with_vgpu=False)
-        strategy = node_labels.get("nvidia.com/mig.strategy", "none")
-        opts = LabelOptions(mig_strategy=strategy, sharing=None, timestamp=None, with_vgpu=False)  # type: ignore[arg-type]
+        strategy = node_labels.get("nvidia.com/mig.strategy")
+        mig: MigStrategy = "single" if strategy == "single" else "mixed" if strategy == "mixed" else "none"
+        opts = LabelOptions(mig_strategy=mig, sharing=None, timestamp=None, with_vgpu=False)
         labels: dict[str, str] = build_labels(backend.probe(), opts)
         return labels
     except Exception:  # labelers not installed or probe failed: compare what this run saw

@@ -75,6 +75,7 @@ class Context:
     nvml_version: str | None = None
     cuda_driver_version: int | None = None  # NVML's integer, 12040 = CUDA 12.4
     nvml_gpu_names: list[str] = field(default_factory=list)
+    nvml_minors: list[int] = field(default_factory=list)  # /dev/nvidia<minor> of each GPU
     nvidia_runtime_default: bool = False
 
     def path(self, rel: str) -> Path:

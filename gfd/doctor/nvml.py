@@ -74,7 +74,10 @@ def check(ctx: Context) -> list[Finding]:
             ctx.cuda_driver_version = None
         names = []
         for i in range(pynvml.nvmlDeviceGetCount()):
-            names.append(_text(pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))))
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            names.append(_text(pynvml.nvmlDeviceGetName(handle)))
+            with contextlib.suppress(pynvml.NVMLError):  # not on Jetson; then layer 5 counts the files
+                ctx.nvml_minors.append(int(pynvml.nvmlDeviceGetMinorNumber(handle)))
         ctx.nvml_gpu_names = names
     except pynvml.NVMLError as err:
         return [Finding("FAIL", f"NVML started but a query failed: {err}", "check `nvidia-smi` and `dmesg`")]

@@ -98,3 +98,11 @@ def test_unloadable_host_library_falls_back_to_the_plain_failure(host, nvml, doc
     code, report = doctor(root)
     three = next(c for c in report["checks"] if c["layer"] == 3)
     assert code == 1 and "libnvidia-ml.so.1" in three["evidence"] and three["status"] == "FAIL"
+
+
+def test_gpu_lost_mid_query_fails_nvml(host, nvml, doctor):
+    nvml("healthy-pci", fail={"nvmlDeviceGetName:1": 15})  # NVML_ERROR_GPU_IS_LOST on the second GPU
+    code, report = doctor(host("healthy-pci"))
+    three = next(c for c in report["checks"] if c["layer"] == 3)
+    assert code == 1 and three["status"] == "FAIL"
+    assert three["evidence"] == "NVML started but a query failed: GPU is lost"
