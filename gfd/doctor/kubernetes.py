@@ -74,6 +74,15 @@ def check(ctx: Context) -> list[Finding]:
     try:
         node = client.CoreV1Api(api).read_node(name, _request_timeout=TIMEOUT_S)
     except ApiException as err:
+        if err.status == 404 and ctx.node is None:
+            # The name was guessed from $NODE_NAME or the hostname; this machine may not be in that cluster.
+            return [
+                Finding(
+                    "WARN",
+                    f"no node named {name} in the cluster (name taken from the hostname or $NODE_NAME)",
+                    "pass --node with the Node's name as `kubectl get nodes` shows it",
+                )
+            ]
         return [_api_error(err, f"node {name}")]
     except Exception as err:  # connection refused, DNS, TLS: urllib3 raises many kinds
         return [

@@ -131,3 +131,13 @@ def test_layer_7_skipped_when_a_lower_layer_failed(host, nvml, doctor, apiserver
     _, report = doctor(host("containerd-no-nvidia"), "--kubeconfig", str(cluster), "--node", NODE)
     assert layer7(report)["Kubernetes"]["evidence"] == "fix layer 6 first"
     assert apiserver.count() == 0
+
+
+def test_guessed_node_name_not_in_the_cluster_only_warns(host, nvml, doctor, apiserver, cluster, monkeypatch):
+    # a workstation with a kubeconfig for some other cluster is not a broken GPU stack
+    nvml("healthy-pci")
+    monkeypatch.setenv("KUBECONFIG", str(cluster))
+    monkeypatch.setenv("NODE_NAME", "my-workstation")
+    code, report = doctor(host("healthy-pci"))
+    got = layer7(report)["Kubernetes"]
+    assert code == 0 and got["status"] == "WARN" and "no node named my-workstation" in got["evidence"]
