@@ -109,6 +109,7 @@ class Daemon:
         self.succeeded = False
         self._wake_fds: tuple[int, int] | None = None  # self-pipe, open while run() runs
         self._stopping = False
+        self._stop_signal: str | None = None
         self._last_error: str | None = None
         self.repeat_filter = RepeatFilter()
         # Start from what the file holds, so a restarted daemon does not rewrite an up-to-date file.
@@ -173,7 +174,7 @@ class Daemon:
 
     def _failed(self, layer: str, line: str, now: datetime) -> PassResult:
         if line != self._last_error:  # one line per distinct failure, not one per pass
-            kept = "; the labels already written stay until they expire" if self.written else ""
+            kept = "; the labels already written stay" if self.written else ""
             log.error("%s%s", line, kept)
             self._last_error = line
         self.metrics.pass_done(ok=False, layer=layer, labels=None, now=now.timestamp())
@@ -285,7 +286,9 @@ class Daemon:
             if wait is None and not result.ok:
                 wait = RETRY_WHEN_IDLE
             self._sleep(wait.total_seconds() if wait is not None else None)
-        log.info("stopping; the feature file stays in place until its labels expire")
+        why = f"{self._stop_signal} received" if self._stop_signal else "asked to stop"
+        out = self.settings.output_file
+        log.info("%s: stopping%s", why, f"; {out} stays in place until its labels expire" if out else "")
         return 0
 
     def install_signal_handlers(self) -> None:
@@ -293,7 +296,7 @@ class Daemon:
         NVIDIA's config-manager sidecar expects after it switched the config file)."""
 
         def on_stop(signum: int, _frame: Any) -> None:
-            log.info("received %s", signal.Signals(signum).name)
+            self._stop_signal = signal.Signals(signum).name  # logged by the loop: no I/O in a handler
             self.stop()
 
         signal.signal(signal.SIGTERM, on_stop)

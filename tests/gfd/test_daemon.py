@@ -245,7 +245,7 @@ def test_a_signal_ends_the_daemon_cleanly_and_leaves_the_file(
     assert proc.returncode == 0
     assert out.read_text() == written
     assert "Traceback" not in err
-    assert "stays in place" in err
+    assert f"{signal.Signals(signum).name} received: stopping; {out} stays in place" in err
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
