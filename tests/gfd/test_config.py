@@ -227,9 +227,17 @@ def test_environment_and_command_line_beat_the_config_file(config_file: Path) ->
     )
     assert s.mig_strategy == "single"
     assert s.sleep_interval == timedelta(seconds=30)
+    assert s.expiry == timedelta(seconds=90)  # derived from the interval that won
     assert s.output_file is None
     assert s.oneshot is False
     assert s.fail_on_init_error is False  # only in the file
+
+
+def test_config_file_infinite_interval(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("version: v1\nflags:\n  gfd:\n    sleepInterval: infinite\n")
+    s = load("--config-file", str(path))
+    assert (s.sleep_interval, s.expiry) == (None, None)
 
 
 def test_config_file_from_the_environment(config_file: Path) -> None:
