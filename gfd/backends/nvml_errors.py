@@ -102,21 +102,22 @@ def init_error(code: int, host_root: Path) -> BackendError:
 
 def probe_error(code: int, what: str, gpu: int | None) -> BackendError:
     """A failure while reading ``what`` (on GPU ``gpu``, when known)."""
-    where = f"GPU {gpu}" if gpu is not None else "NVML"
+    gpu_name = f"GPU {gpu}" if gpu is not None else "a GPU"
+    on = f" on GPU {gpu}" if gpu is not None else ""
     reason = nvml_code_name(code)
     if code == GPU_IS_LOST:
         return BackendError(
             "hardware",
-            f"{where} fell off the bus while reading {what} ({reason}): check the kernel log for Xid 79, "
+            f"{gpu_name} fell off the bus while reading {what} ({reason}): check the kernel log for Xid 79, "
             "then reset the GPU or reboot the node",
         )
     if code in (RESET_REQUIRED, CORRUPTED_INFOROM, INSUFFICIENT_POWER, IRQ_ISSUE):
-        return BackendError("hardware", f"{where} is unhealthy while reading {what} ({reason})")
-    if code in (DRIVER_NOT_LOADED, LIB_RM_VERSION_MISMATCH):
         return BackendError(
-            "driver", f"the NVIDIA driver went away while reading {what} on {where} ({reason})"
+            "hardware", f"{gpu_name} is unhealthy ({reason}) while reading {what}: reset the GPU or reboot"
         )
-    return BackendError("nvml", f"{where}: reading {what} failed ({reason})")
+    if code in (DRIVER_NOT_LOADED, LIB_RM_VERSION_MISMATCH):
+        return BackendError("driver", f"the NVIDIA driver failed while reading {what}{on} ({reason})")
+    return BackendError("nvml", f"reading {what}{on} failed ({reason}); run gfd doctor for the whole stack")
 
 
 def _kernel_module_version(host_root: Path) -> str | None:

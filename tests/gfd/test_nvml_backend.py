@@ -279,6 +279,29 @@ def test_gpu_lost_while_reading_mig_devices(monkeypatch: MP, tmp_path: Path) -> 
     assert caught.value.layer == "hardware" and "GPU 1" in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("fail", "layer", "words"),
+    [
+        ({"nvmlInitWithFlags": pynvml.NVML_ERROR_NO_PERMISSION}, "container-toolkit", "device nodes"),
+        ({"nvmlDeviceGetName:1": pynvml.NVML_ERROR_UNKNOWN}, "nvml", "device name on GPU 1"),
+        (
+            {"nvmlDeviceGetHandleByIndex_v2": pynvml.NVML_ERROR_RESET_REQUIRED},
+            "hardware",
+            "GPU 0 is unhealthy",
+        ),
+        ({"nvmlDeviceGetCount_v2": pynvml.NVML_ERROR_DRIVER_NOT_LOADED}, "driver", "device count"),
+    ],
+)
+def test_other_failures_name_their_layer(
+    monkeypatch: MP, tmp_path: Path, fail: dict[str, int], layer: str, words: str
+) -> None:
+    install_fake_nvml(monkeypatch, _profile("h100"), fail=fail)
+    with pytest.raises(BackendError) as caught:
+        NvmlBackend(host_root=tmp_path).probe()
+    assert caught.value.layer == layer
+    assert words in _one_line(caught.value)
+
+
 def test_zero_devices_is_an_empty_inventory(monkeypatch: MP, tmp_path: Path) -> None:
     install_fake_nvml(monkeypatch, None)
     inv = NvmlBackend(host_root=tmp_path).probe()
