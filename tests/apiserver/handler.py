@@ -194,7 +194,9 @@ class Handler(BaseHTTPRequestHandler):
             except OSError:
                 return False
 
-        watch.stream(self.api, kind, query, send, force_gone)
+        if watch.stream(self.api, kind, query, send, force_gone):
+            self._reset()
+            return
         try:
             self.wfile.write(b"0\r\n\r\n")
         except OSError:

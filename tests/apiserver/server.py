@@ -63,6 +63,7 @@ class FakeApiServer:
         self.requests: list[RequestRecord] = []
         self._lock = threading.Condition()
         self._open_watches = 0
+        self._watches_started = 0
         self._connections: set[socket.socket] = set()
         self._http: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -238,9 +239,10 @@ class FakeApiServer:
     def clear_faults(self) -> None:
         self.faults.clear()
 
-    def drop_watches(self) -> None:
-        """End every open watch stream now (the client sees the response end, as after a server timeout)."""
-        self.store.drop_watches()
+    def drop_watches(self, reset: bool = False) -> None:
+        """End every open watch stream now: cleanly (the response ends, as after a server-side timeout), or
+        with reset=True by a TCP reset mid-stream (as a dying load balancer or API server does)."""
+        self.store.drop_watches(reset)
 
     def compact(self) -> None:
         """Forget the event history: a watch from any older resourceVersion is answered 410."""
@@ -274,9 +276,15 @@ class FakeApiServer:
         with self._lock:
             return self._lock.wait_for(lambda: self._open_watches >= count, timeout)
 
+    def wait_for_watch_starts(self, count: int, timeout: float = 10.0) -> bool:
+        """Block until `count` watch streams have been started since the server started (True), or timeout."""
+        with self._lock:
+            return self._lock.wait_for(lambda: self._watches_started >= count, timeout)
+
     def watch_opened(self) -> None:
         with self._lock:
             self._open_watches += 1
+            self._watches_started += 1
             self._lock.notify_all()
 
     def watch_closed(self) -> None:

@@ -37,6 +37,7 @@ class Store:
         self.history: list[Event] = []
         self.oldest_rv = 1  # watches from a resourceVersion below this are answered 410
         self.drop_generation = 0  # bumped to end every open watch stream
+        self.drop_with_reset = False  # whether the last drop ends streams with a TCP reset
         self.bookmark_generation = 0  # bumped to make every open watch send a BOOKMARK now
         self.stopped = False
 
@@ -105,9 +106,10 @@ class Store:
             self.oldest_rv = self.rv
             self.cond.notify_all()
 
-    def drop_watches(self) -> None:
+    def drop_watches(self, reset: bool = False) -> None:
         with self.cond:
             self.drop_generation += 1
+            self.drop_with_reset = reset
             self.cond.notify_all()
 
     def send_bookmarks(self) -> None:

@@ -34,8 +34,10 @@ def _translate(event: Event, match: Callable[[dict[str, Any]], bool]) -> dict[st
     return {"type": "DELETED", "object": event.obj} if was_in else None
 
 
-def stream(api: FakeApiServer, kind: Kind, query: dict[str, str], send: Send, force_gone: bool) -> None:
-    """Serve one watch until timeoutSeconds, a drop, server stop, or the client leaving."""
+def stream(api: FakeApiServer, kind: Kind, query: dict[str, str], send: Send, force_gone: bool) -> bool:
+    """Serve one watch until timeoutSeconds, a drop, server stop, or the client leaving.
+
+    Returns True when the stream must end with a connection reset instead of its last chunk."""
     store = api.store
     fields, _ = field_selector(query.get("fieldSelector"))
     labels = label_selector(query.get("labelSelector"))
@@ -53,7 +55,7 @@ def stream(api: FakeApiServer, kind: Kind, query: dict[str, str], send: Send, fo
         current = store.rv
     if force_gone:
         send(gone_event(requested or str(current), current))
-        return
+        return False
     initial: list[dict[str, Any]] = []
     if requested in ("", "0"):
         items, last = store.list_all(kind.resource)
@@ -64,12 +66,12 @@ def stream(api: FakeApiServer, kind: Kind, query: dict[str, str], send: Send, fo
             store.events_after(last)
         except (TooOld, ValueError):
             send(gone_event(requested, current))
-            return
+            return False
     if not all(send(e) for e in initial):
-        return
+        return False
     api.watch_opened()
     try:
-        _loop(api, kind, match, send, last, deadline, bookmarks, drop_generation, bookmark_generation)
+        return _loop(api, kind, match, send, last, deadline, bookmarks, drop_generation, bookmark_generation)
     finally:
         api.watch_closed()
 
@@ -84,7 +86,7 @@ def _loop(
     bookmarks: bool,
     drop_generation: int,
     bookmark_generation: int,
-) -> None:
+) -> bool:
     store = api.store
     next_bookmark = time.monotonic() + api.bookmark_interval
     while True:
@@ -100,7 +102,7 @@ def _loop(
 
             store.cond.wait_for(ready, timeout=max(0.0, min(deadline, next_bookmark) - time.monotonic()))
             if store.stopped or store.drop_generation != drop_generation:
-                return
+                return store.drop_generation != drop_generation and store.drop_with_reset
             try:
                 pending = store.events_after(last)
             except TooOld:
@@ -110,11 +112,11 @@ def _loop(
             current = store.rv
         if pending is None:  # compacted while watching
             send(gone_event(str(last), current))
-            return
+            return False
         for event in pending:
             last = event.rv
             if event.resource == kind.resource and (out := _translate(event, match)) and not send(out):
-                return
+                return False
         now = time.monotonic()
         if bookmarks and (forced_bookmark or now >= next_bookmark):
             last = max(last, current)
@@ -124,11 +126,11 @@ def _loop(
                 "metadata": {"resourceVersion": str(last)},
             }
             if not send({"type": "BOOKMARK", "object": bookmark}):
-                return
+                return False
         if now >= next_bookmark:
             next_bookmark = now + api.bookmark_interval
         if now >= deadline:
-            return
+            return False
 
 
 def _api_version(kind: Kind) -> str:
