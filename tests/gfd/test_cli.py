@@ -219,3 +219,12 @@ def test_metrics_are_served_only_on_the_given_address(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=20)
     assert proc.returncode == 0
+
+
+def test_an_unwritable_output_is_one_line_naming_the_output(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    run = gfd("--oneshot", "--backend", "mock", "--mock-profile", str(T4), "-o", str(blocker / "gfd"))
+    assert run.returncode == 1
+    assert run.stderr.startswith(f"gfd: error: output: cannot write {blocker / 'gfd'}")
+    assert run.stderr.count("\n") == 1

@@ -12,9 +12,12 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from gfd.backends import Backend, BackendChoice
+from gfd.backends import detect as real_detect
 from gfd.backends.errors import BackendError
 from gfd.config import Settings, load_settings
 from gfd.daemon import Daemon
@@ -327,3 +330,20 @@ def test_a_warning_that_repeats_every_pass_is_logged_once(profile: Path, tmp_pat
     finally:
         logger.removeHandler(handler)
     assert seen.count("GPU 0: memory not reported") == 2  # once, and again after it went away and came back
+
+
+def test_oneshot_without_fatal_init_errors_retries_until_a_pass_works(profile: Path, tmp_path: Path) -> None:
+    out = tmp_path / "gfd"
+    missing = tmp_path / "later.yaml"  # the profile appears only after a few tries, like a late driver
+    tries: list[int] = []
+
+    def detect(name: BackendChoice, **kwargs: Any) -> tuple[Backend, Inventory | None]:
+        tries.append(1)
+        if len(tries) == 3:
+            shutil.copy(profile, missing)
+        return real_detect(name, **kwargs)
+
+    s = settings(missing, out, "--oneshot", "--fail-on-init-error=false", "--sleep-interval", "10ms")
+    assert Daemon(s, detect_fn=detect).run() == 0
+    assert len(tries) == 3
+    assert "nvidia.com/gpu.product=Tesla-T4" in out.read_text()
