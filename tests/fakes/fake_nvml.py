@@ -238,7 +238,8 @@ class FakeNvml(MigSymbols):
         return put_handle(out, self.gpus[i].handle)
 
     def c_nvmlDeviceGetHandleByUUID(self, uuid: Any, out: Any) -> int:
-        wanted = uuid.decode() if isinstance(uuid, bytes) else str(getattr(uuid, "value", uuid))
+        raw = getattr(uuid, "value", uuid)  # the bindings pass a c_char_p
+        wanted = raw.decode() if isinstance(raw, bytes) else str(raw)
         for gpu in self.gpus:
             if gpu.uuid == wanted:
                 return put_handle(out, gpu.handle)

@@ -330,6 +330,21 @@ def test_binding_return_shapes(monkeypatch: MP) -> None:
         pynvml.nvmlShutdown()
 
 
+def test_handles_by_uuid_and_mig_handles(monkeypatch: MP) -> None:
+    install_fake_nvml(monkeypatch, _profile("dgx-a100-mig"))
+    pynvml.nvmlInit()
+    try:
+        gpu = pynvml.nvmlDeviceGetHandleByUUID(b"GPU-3f6a2b1c-9d8e-4f70-a1b2-c3d4e5f6a7b1")
+        assert pynvml.nvmlDeviceGetPciInfo(gpu).busId == "00000000:17:00.0"
+        mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(gpu, 0)
+        assert pynvml.nvmlDeviceIsMigDeviceHandle(mig)
+        assert pynvml.nvmlDeviceGetName(mig) == "NVIDIA A100-SXM4-40GB MIG 1g.5gb"
+        parent = pynvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig)
+        assert pynvml.nvmlDeviceGetUUID(parent) == "GPU-3f6a2b1c-9d8e-4f70-a1b2-c3d4e5f6a7b1"
+    finally:
+        pynvml.nvmlShutdown()
+
+
 def test_a_missing_symbol_is_function_not_found(monkeypatch: MP) -> None:
     absent = {"nvmlDeviceGetGpuFabricInfoV": pynvml.NVML_ERROR_FUNCTION_NOT_FOUND}
     install_fake_nvml(monkeypatch, _profile("h100"), fail=absent)
