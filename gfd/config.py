@@ -183,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     from gfd import __version__
 
-    parser.add_argument("--version", action="version", version=f"gfd {__version__}")
+    parser.add_argument("--version", "-v", action="version", version=f"gfd {__version__}")
     for opt in OPTIONS:
         envs = ", ".join(f"${e}" for e in opt.env)
         if opt.is_bool:
@@ -200,9 +200,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def go_style_flags(argv: Sequence[str]) -> list[str]:
+    """NVIDIA GFD (Go) also takes long flags with one dash (``-oneshot``, ``-sleep-interval=5m``)."""
+    long_names = {flag[2:] for opt in OPTIONS for flag in opt.flags if flag.startswith("--")} | {"version"}
+    out = []
+    for arg in argv:
+        if arg.startswith("-") and not arg.startswith("--") and arg[1:].partition("=")[0] in long_names:
+            arg = "-" + arg
+        out.append(arg)
+    return out
+
+
 def load_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
     """Resolve every setting; raise ConfigError naming the flag, variable or file field at fault."""
-    given = vars(build_parser().parse_args(list(argv)))
+    given = vars(build_parser().parse_args(go_style_flags(argv)))
     raw: dict[str, tuple[str, Any]] = {}  # name -> (where it came from, raw text)
     for opt in OPTIONS:
         if opt.name in given:

@@ -90,6 +90,12 @@ def test_mock_profile_flag_and_variable(tmp_path: Path) -> None:
     assert (s.backend, s.mock_profile) == ("mock", Path("/b.yaml"))
 
 
+def test_go_style_single_dash_long_flags_work() -> None:
+    s = load("-oneshot", "-sleep-interval=5m", "-mig-strategy", "mixed", "-o", "-")
+    assert (s.oneshot, s.sleep_interval) == (True, timedelta(minutes=5))
+    assert (s.mig_strategy, s.output_file) == ("mixed", None)
+
+
 def test_nvidias_legacy_variable_names_work() -> None:
     s = load(MIG_STRATEGY="mixed", FAIL_ON_INIT_ERROR="false")
     assert (s.mig_strategy, s.fail_on_init_error) == ("mixed", False)
