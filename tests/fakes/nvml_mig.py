@@ -15,15 +15,14 @@ from tests.fakes.nvml_model import (
 )
 from tests.fakes.nvml_wire import (
     CI_PROFILE_INFO_V2,
-    CI_PROFILE_INFO_V3,
     ERROR_ARGUMENT_VERSION_MISMATCH,
     ERROR_INVALID_ARGUMENT,
     ERROR_NOT_FOUND,
     ERROR_NOT_SUPPORTED,
     GI_PROFILE_INFO_V2,
-    GI_PROFILE_INFO_V3,
     SUCCESS,
     as_int,
+    has_version,
     put,
     put_handle,
     target_of,
@@ -95,9 +94,7 @@ class MigSymbols(HandleTable):
         dev = self._device(handle)
         if not isinstance(dev, FakeGpu) or not dev.mig_capable:
             return ERROR_NOT_SUPPORTED
-        if versioned and (
-            target_of(out) is None or target_of(out).version not in (GI_PROFILE_INFO_V2, GI_PROFILE_INFO_V3)
-        ):
+        if versioned and not has_version(out, GI_PROFILE_INFO_V2):
             return ERROR_ARGUMENT_VERSION_MISMATCH
         pid = as_int(profile)
         if not 0 <= pid < GI_PROFILE_COUNT:
@@ -173,9 +170,7 @@ class MigSymbols(HandleTable):
         mig = self._instance(gi, "gi")
         if mig is None:
             return ERROR_INVALID_ARGUMENT
-        if versioned and (
-            target_of(out) is None or target_of(out).version not in (CI_PROFILE_INFO_V2, CI_PROFILE_INFO_V3)
-        ):
+        if versioned and not has_version(out, CI_PROFILE_INFO_V2):
             return ERROR_ARGUMENT_VERSION_MISMATCH
         pid, eid = as_int(profile), as_int(eng)
         if not (0 <= pid < CI_PROFILE_COUNT and 0 <= eid < CI_ENGINE_PROFILE_COUNT):
