@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import IO
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT / "profiles" / "dgx-a100-mig.yaml"
@@ -59,8 +60,13 @@ def peak_rss_mib(pid: int) -> tuple[float, float]:
 
 
 def run(label: str, cmd: list[str], seconds: float, out: Path | None) -> None:
+    with tempfile.TemporaryFile("w+") as log:
+        print(f"{label:<44} {measure(cmd, seconds, out, log)}")
+
+
+def measure(cmd: list[str], seconds: float, out: Path | None, log: IO[str]) -> str:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log, text=True)
     inodes: list[int] = []
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and proc.poll() is None:
@@ -70,13 +76,13 @@ def run(label: str, cmd: list[str], seconds: float, out: Path | None) -> None:
                 inodes.append(ino)
         time.sleep(0.005)
     if proc.poll() is not None:
-        print(f"{label:<44} exited early ({proc.returncode}): {proc.stderr.read().strip()[:200]}")
-        return
+        log.seek(0)
+        return f"exited early ({proc.returncode}): {log.read().strip()[:200]}"
     hwm, rss = peak_rss_mib(proc.pid)
     proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=30)
+    proc.wait(timeout=30)
     rewrites = f", rewrites after the first: {len(inodes) - 1}" if out is not None and inodes else ""
-    print(f"{label:<44} peak {hwm:5.1f} MiB  (now {rss:5.1f} MiB){rewrites}")
+    return f"peak {hwm:5.1f} MiB  (now {rss:5.1f} MiB){rewrites}"
 
 
 def main() -> None:
@@ -96,8 +102,17 @@ def main() -> None:
         )
         run(
             "gfd daemon, nvml backend, no NVML library",
-            [py, "-m", "gfd", "--backend", "nvml", "--fail-on-init-error=false", "-o", str(Path(tmp) / "x"),
-             *daemon],
+            [
+                py,
+                "-m",
+                "gfd",
+                "--backend",
+                "nvml",
+                "--fail-on-init-error=false",
+                "-o",
+                str(Path(tmp) / "x"),
+                *daemon,
+            ],
             args.seconds,
             None,
         )
