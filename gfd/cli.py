@@ -10,6 +10,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from datetime import timedelta
 
 
 class _Formatter(logging.Formatter):
@@ -25,6 +26,12 @@ def _setup_logging(level: int) -> logging.Handler:
     root.setLevel(level)
     root.propagate = False
     return handler
+
+
+def _go(delta: timedelta) -> str:
+    import durationpy
+
+    return str(durationpy.to_str(delta))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -61,9 +68,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     interval, expiry = settings.sleep_interval, settings.expiry
     if interval is not None and expiry is not None and expiry < interval * 2:
-        log.warning("--expiry %s is less than two sleep intervals: labels may lapse between passes", expiry)
+        log.warning("--expiry %s is under two sleep intervals: labels may lapse between passes", _go(expiry))
     if interval is None and expiry is not None and not settings.oneshot:
-        log.warning("--expiry with an infinite sleep interval: labels lapse after %s, never renewed", expiry)
+        log.warning("--expiry with an infinite sleep interval: labels lapse after %s unrenewed", _go(expiry))
     try:
         metrics = start_metrics(settings.metrics_address)
     except OSError as err:
@@ -75,8 +82,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "starting: backend %s, output %s, sleep interval %s, expiry %s, MIG strategy %s",
         settings.backend,
         settings.output_file or "stdout",
-        interval or "infinite",
-        expiry or "none",
+        _go(interval) if interval is not None else "infinite",
+        _go(expiry) if expiry is not None else "none",
         settings.mig_strategy,
     )
     daemon = Daemon(settings, metrics=metrics, reload_fn=lambda: load_settings(args, os.environ))

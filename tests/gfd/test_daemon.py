@@ -347,3 +347,22 @@ def test_oneshot_without_fatal_init_errors_retries_until_a_pass_works(profile: P
     assert Daemon(s, detect_fn=detect).run() == 0
     assert len(tries) == 3
     assert "nvidia.com/gpu.product=Tesla-T4" in out.read_text()
+
+
+def test_an_infinite_interval_labels_once_then_waits_for_sighup(profile: Path, tmp_path: Path) -> None:
+    out = tmp_path / "gfd"
+    metrics = PrometheusMetrics()
+    daemon = Daemon(settings(profile, out, "--sleep-interval", "infinite"), metrics=metrics)
+    thread = threading.Thread(target=daemon.run)
+    thread.start()
+    try:
+        wait_for(out.exists)
+        assert "expiry-time" not in out.read_text()  # nothing would renew it
+        shutil.copy(PROFILES / "two-t4.yaml", profile)
+        daemon.request_reload()  # what SIGHUP does
+        wait_for(lambda: "nvidia.com/gpu.count=2" in out.read_text())
+    finally:
+        daemon.stop()
+        thread.join(10)
+    assert not thread.is_alive()
+    assert metrics.registry.get_sample_value("gfd_passes_total") == 2
