@@ -34,12 +34,10 @@ def fit(base: str, suffix: str = "", limit: int = MAX_NAME) -> str:
     An empty base leaves the suffix alone (without its joining dash).
     """
     base = trim_edges(base)
-    if not base:
-        return trim_edges(suffix)[:limit]
     if len(base) + len(suffix) > limit:
         base = trim_edges(base[: max(limit - len(suffix), 0)])
-        if not base:
-            return trim_edges(suffix)[:limit]
+    if not base:
+        return trim_edges(trim_edges(suffix)[:limit])
     return base + suffix
 
 
@@ -54,9 +52,10 @@ def product(model: str, mig_profile: str | None = None, shared: bool = False) ->
     NVIDIA builds the same string but never shortens it, so a long model name
     plus ``-MIG-...-SHARED`` gives an invalid label that Kubernetes refuses.
     """
-    suffix = ""
+    parts = []
     if mig_profile is not None:
-        suffix += "-MIG-" + sanitise(mig_profile)
+        parts += ["MIG", trim_edges(sanitise(mig_profile))]
     if shared:
-        suffix += "-SHARED"
-    return fit(sanitise(model), suffix)
+        parts.append("SHARED")
+    # A part that sanitises to nothing is left out rather than leaving a dangling "-".
+    return fit(sanitise(model), "".join(f"-{part}" for part in parts if part))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import string
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -24,7 +25,9 @@ migs = st.builds(
     MigDevice, profile=profiles, memory_mib=small, multiprocessors=small, gi_slices=small, ci_slices=small,
     copy_engines=small, decoders=small, encoders=small, jpegs=small, ofas=small,
 )  # fmt: skip
-names = st.one_of(st.sampled_from(["NVIDIA A100-SXM4-40GB", "Tesla T4", "Orin (nvgpu)"]), text)
+# long, mostly printable names as well, so shortening to 63 characters is exercised
+long_names = st.text(alphabet=string.ascii_letters + string.digits + " -_.()/+", min_size=40, max_size=120)
+names = st.one_of(st.sampled_from(["NVIDIA A100-SXM4-40GB", "Tesla T4", "Orin (nvgpu)"]), long_names, text)
 
 
 @st.composite
@@ -86,7 +89,11 @@ def test_core_labels_are_made_valid_not_dropped(inv: Inventory, opts: LabelOptio
     raw = collect_labels(inv, opts)
     # products, counts and the like are fitted by construction; the final filter must never need to drop them
     for key, value in raw.items():
-        if key.startswith("nvidia.com/gpu.") and key.rsplit(".", 1)[-1] in ("product", "count", "replicas"):
+        if key.rsplit(".", 1)[-1] in ("product", "count", "replicas", "sharing-strategy"):
+            assert value_problem(value) is None, (key, value)
+        if key.startswith(("nvidia.com/gpu.", "nvidia.com/jetson.")):
+            assert key_problem(key) is None, key  # incl. nvidia.com/gpu.count.<model>
+        if key.startswith("nvidia.com/jetson."):
             assert value_problem(value) is None, (key, value)
     labels = build_labels(inv, opts)
     if inv.devices:

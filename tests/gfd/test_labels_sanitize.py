@@ -60,3 +60,8 @@ def test_overlong_gpu_name_still_labels_the_node() -> None:
     labels = build_labels(inv, LabelOptions())
     assert labels["nvidia.com/gpu.product"].startswith("NVIDIA-RTX-PRO-6000-Blackwell")
     assert len(labels["nvidia.com/gpu.product"]) == 63
+
+
+def test_a_profile_with_nothing_printable_leaves_no_dangling_dash() -> None:
+    assert sanitize.product("Tesla T4", ":") == "Tesla-T4-MIG"
+    assert sanitize.product("Tesla T4", "1g.", shared=True) == "Tesla-T4-MIG-1g-SHARED"
