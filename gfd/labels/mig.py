@@ -70,7 +70,7 @@ def single_labels(inv: Inventory, sharing: SharingConfig) -> Labels:
     profiles = _profiles(enabled)
     if len(profiles) != 1:
         return _invalid(model, f"more than one MIG profile: {', '.join(sorted(profiles))}")
-    ((name, (parent, mig, count)),) = profiles.items()
+    name, (parent, mig, count) = next(iter(profiles.items()))
     labels = resource.base(FULL_GPU_RESOURCE, count, parent.name, name, sharing)
     labels.update(resource.mig_attributes(FULL_GPU_RESOURCE, mig))
     return labels
