@@ -96,3 +96,8 @@ helm.sh/chart: {{ include "gpu-labeller.chart" . }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/component: test
 {{- end }}
+
+{{/* Namespace of the namespaced objects: the release namespace unless namespaceOverride is set. */}}
+{{- define "gpu-labeller.namespace" -}}
+{{- default .Release.Namespace .Values.namespaceOverride }}
+{{- end }}

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Builds the gpu-labeller image without a Docker engine or a registry, then runs both commands in it as
+# the image's non-root user (uid 65532):
+#   - a Debian base image is made locally with debootstrap (cached under .cache/image-base/),
+#   - the Dockerfile is built by buildah with chroot isolation and vfs storage (works as root in CI, also
+#     inside an unprivileged container where overlay and user namespaces are unavailable),
+#   - `gfd --oneshot --backend mock` writes a feature file, `nfd-lite --dry-run` turns it into labels.
+# Needs root and Debian/PyPI reachability; installs buildah and debootstrap with apt-get when missing.
+#
+# Environment: IMAGE (tag, default localhost/gpu-labeller:dev), SUITE (default bookworm),
+#   DEBIAN_MIRROR, PROFILE (mock profile inside the image), BUILDAH_ROOT (storage, default .cache/buildah).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+IMAGE=${IMAGE:-localhost/gpu-labeller:dev}
+SUITE=${SUITE:-bookworm}
+DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+PROFILE=${PROFILE:-/usr/share/gpu-labeller/profiles/dgx-a100-mig.yaml}
+BUILDAH_ROOT=${BUILDAH_ROOT:-$ROOT/.cache/buildah}
+BASE_DIR=$ROOT/.cache/image-base
+BASE_TAR=$BASE_DIR/debian-$SUITE-python3.tar
+BASE_IMAGE=localhost/gpu-labeller-base:$SUITE-python3
+
+log() { printf 'build-image: %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "must run as root (buildah with chroot isolation and vfs storage needs it)"
+
+missing=()
+command -v buildah >/dev/null || missing+=(buildah)
+command -v debootstrap >/dev/null || missing+=(debootstrap)
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing ${missing[*]} with apt-get"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q >/dev/null
+  apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# One storage location for every call; vfs copies whole layers but needs no kernel features.
+BUILDAH=(buildah --storage-driver vfs --root "$BUILDAH_ROOT/storage" --runroot "$BUILDAH_ROOT/run")
+export BUILDAH_ISOLATION=chroot
+mkdir -p "$BUILDAH_ROOT" "$BASE_DIR"
+
+# --- base image: Debian minbase + python3 (venv) + CA certificates, made with debootstrap --------------
+if [ ! -s "$BASE_TAR" ]; then
+  log "debootstrap $SUITE into a base image (once; cached in $BASE_TAR)"
+  rootfs=$(mktemp -d "$BASE_DIR/rootfs.XXXXXX")
+  debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
+    "$SUITE" "$rootfs" "$DEBIAN_MIRROR" >"$BASE_DIR/debootstrap.log" 2>&1 \
+    || { tail -20 "$BASE_DIR/debootstrap.log" >&2; rm -rf "$rootfs"; die "debootstrap failed"; }
+  # Smaller image: no apt lists, caches or docs are needed at run time.
+  rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/* "$rootfs"/usr/share/doc/* \
+    "$rootfs"/usr/share/man/* "$rootfs"/usr/share/locale/*
+  tar -C "$rootfs" --numeric-owner -cf "$BASE_TAR.tmp" .
+  mv "$BASE_TAR.tmp" "$BASE_TAR"
+  rm -rf "$rootfs"
+fi
+if ! "${BUILDAH[@]}" inspect --type image "$BASE_IMAGE" >/dev/null 2>&1; then
+  log "importing $BASE_TAR as $BASE_IMAGE"
+  ctr=$("${BUILDAH[@]}" from --quiet scratch)
+  "${BUILDAH[@]}" add --quiet "$ctr" "$BASE_TAR" /
+  "${BUILDAH[@]}" config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    --env LANG=C.UTF-8 --cmd /bin/sh "$ctr"
+  "${BUILDAH[@]}" commit --quiet --rm "$ctr" "$BASE_IMAGE" >/dev/null
+fi
+
+# --- the image ---------------------------------------------------------------------------------------
+log "building $IMAGE from Dockerfile (BASE_IMAGE=$BASE_IMAGE)"
+revision=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+# The host's CA bundle reaches pip as a build secret, for networks that re-sign TLS (it is not kept
+# in the image).
+secret=()
+ca=${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}
+[ -s "$ca" ] && secret=(--secret "id=pip-ca,src=$ca")
+"${BUILDAH[@]}" build --isolation chroot --layers --pull=never "${secret[@]}" \
+  --build-arg "BASE_IMAGE=$BASE_IMAGE" \
+  --build-arg "REVISION=$revision" \
+  -f Dockerfile -t "$IMAGE" . >"$BUILDAH_ROOT/build.log" 2>&1 \
+  || { tail -30 "$BUILDAH_ROOT/build.log" >&2; die "buildah build failed (full log: $BUILDAH_ROOT/build.log)"; }
+
+user=$("${BUILDAH[@]}" inspect --type image --format '{{.OCIv1.Config.User}}' "$IMAGE")
+[ "$user" = "65532:65532" ] || die "image user is '$user', expected 65532:65532"
+size=$("${BUILDAH[@]}" images --format '{{.Size}}' "$IMAGE" | head -1)
+log "image $IMAGE: user $user, size $size"
+
+# --- run both commands as the image's user -----------------------------------------------------------
+work=$(mktemp -d)
+ctr=$("${BUILDAH[@]}" from --quiet --pull=never "$IMAGE")
+cleanup() { "${BUILDAH[@]}" rm "$ctr" >/dev/null 2>&1 || true; rm -rf "$work"; }
+trap cleanup EXIT
+mkdir -p "$work/features"
+chown 65532:65532 "$work/features"
+run() { "${BUILDAH[@]}" run --isolation chroot --user 65532:65532 -v "$work/features:/features" "$ctr" -- "$@"; }
+
+# Every module the daemons load must be in the image (the build prunes unused parts of dependencies).
+run python3 -c 'import gfd.cli, gfd.daemon, gfd.backends.nvml, gfd.backends.tegra, nfd_lite.cli, nfd_lite.service, kubernetes.client, kubernetes.watch'
+
+log "gfd --oneshot --backend mock --mock-profile $PROFILE"
+run gfd --oneshot --backend mock --mock-profile "$PROFILE" --output-file /features/source.d/gfd
+grep -qx 'nvidia.com/gpu.present=true' "$work/features/source.d/gfd" || die "gfd wrote no nvidia.com/gpu.present=true"
+grep -qx 'nvidia.com/gpu.simulated=true' "$work/features/source.d/gfd" || die "gfd did not mark mock labels simulated"
+stat -c '%u' "$work/features/source.d/gfd" | grep -qx 65532 || die "feature file not written by uid 65532"
+
+log "nfd-lite --dry-run --features-dir /features/source.d"
+run nfd-lite --dry-run --node-name image-test-node --features-dir /features/source.d --metrics-address '' \
+  >"$work/dry-run.json"
+python3 - "$work/dry-run.json" <<'PY'
+import json, sys
+out = json.load(open(sys.argv[1]))
+labels = out["labels"]
+assert labels.get("nvidia.com/gpu.present") == "true", labels
+assert out["rejected"] == [], out["rejected"]
+print(f"build-image: nfd-lite would set {len(labels)} labels, e.g. nvidia.com/gpu.product={labels.get('nvidia.com/gpu.product')}", file=sys.stderr)
+PY
+log "ok: $IMAGE runs gfd and nfd-lite as uid 65532"

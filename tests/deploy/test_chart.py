@@ -1,0 +1,340 @@
+"""helm 3 and 4 lint and render the chart over the values matrix; what users rely on, on the output."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.deploy.chart import (
+    CHART,
+    HELMS,
+    MATRIX,
+    Tools,
+    by_kind,
+    containers,
+    documents,
+    one,
+    render,
+    run_helm,
+)
+from tests.deploy.pss import level, restricted_violations
+
+FEATURE_DIR = "/etc/kubernetes/node-feature-discovery"
+SA_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def pod_spec(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return one(docs, "DaemonSet")["spec"]["template"]["spec"]
+
+
+def env_of(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+
+
+@pytest.mark.parametrize("which", HELMS)
+@pytest.mark.parametrize("entry", sorted(MATRIX))
+def test_lint_strict(tools: Tools, tmp_path: Path, which: str, entry: str) -> None:
+    proc = run_helm(
+        tools,
+        which,
+        "lint",
+        "--strict",
+        str(CHART),
+        "--namespace",
+        "gpu-labeller",
+        values=MATRIX[entry],
+        tmp=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("entry", sorted(MATRIX))
+def test_helm3_and_helm4_render_the_same(rendered: dict[tuple[str, str], str], entry: str) -> None:
+    assert documents(rendered["helm3", entry]) == documents(rendered["helm4", entry])
+
+
+@pytest.mark.parametrize("which", HELMS)
+def test_refuses_kubernetes_older_than_1_30(tools: Tools, tmp_path: Path, which: str) -> None:
+    proc = run_helm(tools, which, "template", "x", str(CHART), "--kube-version", "1.29.9", tmp=tmp_path)
+    assert proc.returncode != 0
+    assert "kubeVersion" in proc.stderr or "kubernetes version" in proc.stderr.lower()
+
+
+@pytest.mark.parametrize("which", HELMS)
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"migStrategy": "some"},
+        {"featureDir": {"type": "nfs"}},
+        {"gfd": {"backend": "cuda"}},
+        {"nfdLite": {"allowPrefixes": ["kubernetes.io"]}},  # no trailing slash: not a prefix
+        {"imagePullPolicy": "Always"},  # a typo for image.pullPolicy: unknown keys are refused
+        {"image": {"digest": "latest"}},
+    ],
+)
+def test_schema_refuses_bad_values(tools: Tools, tmp_path: Path, which: str, bad: dict[str, Any]) -> None:
+    proc = run_helm(tools, which, "lint", "--strict", str(CHART), values=bad, tmp=tmp_path)
+    assert proc.returncode != 0, f"{bad} was accepted"
+
+
+def _leaves(node: Any, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    if isinstance(node, dict) and node:
+        return [p for k, v in node.items() for p in _leaves(v, (*path, k))]
+    return [path]
+
+
+def test_schema_describes_every_value() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    schema = yaml.safe_load((CHART / "values.schema.json").read_text())
+    for path in _leaves(values):
+        node = schema
+        for key in path:
+            props = node.get("properties", {})
+            if key not in props:
+                # Free-form Kubernetes objects (affinity, resources...) end the walk; they must say so.
+                assert node.get("type") == "object" and node.get("additionalProperties") is not False, path
+                break
+            node = props[key]
+        assert node.get("description"), f"value {'.'.join(path)} has no description in values.schema.json"
+
+
+def test_default_pod_meets_pss_restricted(rendered: dict[tuple[str, str], str]) -> None:
+    docs = documents(rendered["helm3", "defaults"])
+    assert restricted_violations(pod_spec(docs)) == []
+    test_pod = one(docs, "Pod")["spec"]
+    assert restricted_violations(test_pod) == []
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        ("mig-mixed", "restricted"),
+        ("sharing", "restricted"),
+        ("no-admission-policy", "restricted"),
+        ("existing-service-account", "restricted"),
+        ("bottlerocket", "restricted"),
+        ("everything-on", "restricted"),
+        # What docs/deploy.md says moves the pod off restricted:
+        ("hostpath", "privileged"),
+        ("jetson", "privileged"),
+        ("vgpu-and-mig-monitor", "privileged"),
+    ],
+)
+def test_pss_level_per_mode(rendered: dict[tuple[str, str], str], entry: str, expected: str) -> None:
+    assert level(pod_spec(documents(rendered["helm4", entry]))) == expected
+
+
+def test_restricted_fields_on_every_container(rendered: dict[tuple[str, str], str]) -> None:
+    pod = pod_spec(documents(rendered["helm3", "defaults"]))
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 65532,
+        "runAsGroup": 65532,
+        "fsGroup": 65532,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    for c in pod["containers"]:
+        sc = c["securityContext"]
+        assert sc["allowPrivilegeEscalation"] is False
+        assert sc["readOnlyRootFilesystem"] is True
+        assert sc["runAsNonRoot"] is True and sc["runAsUser"] == 65532
+        assert sc["capabilities"] == {"drop": ["ALL"]}
+        assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert "privileged" not in sc or sc["privileged"] is False
+    for key in ("hostNetwork", "hostPID", "hostIPC"):
+        assert key not in pod
+
+
+@pytest.mark.parametrize("entry", sorted(MATRIX))
+def test_token_only_in_nfd_lite(rendered: dict[tuple[str, str], str], entry: str) -> None:
+    docs = documents(rendered["helm3", entry])
+    pod = pod_spec(docs)
+    assert pod["automountServiceAccountToken"] is False
+    token_volumes = {
+        v["name"]
+        for v in pod["volumes"]
+        if any("serviceAccountToken" in s for s in v.get("projected", {}).get("sources", []))
+    }
+    assert len(token_volumes) == 1
+    by_name = containers(docs)
+    gfd_mounts = by_name["gfd"]["volumeMounts"] if entry != "prune" else []
+    assert not {m["name"] for m in gfd_mounts} & token_volumes, "gfd mounts the API token"
+    assert not any(m["mountPath"].startswith("/var/run/secrets") for m in gfd_mounts)
+    (mount,) = [m for m in by_name["nfd-lite"]["volumeMounts"] if m["name"] in token_volumes]
+    assert mount == {"name": next(iter(token_volumes)), "mountPath": SA_PATH, "readOnly": True}
+    # The test pod needs no identity either.
+    assert one(docs, "Pod")["spec"]["automountServiceAccountToken"] is False
+
+
+def test_projected_token_matches_in_cluster_layout(rendered: dict[tuple[str, str], str]) -> None:
+    pod = pod_spec(documents(rendered["helm3", "defaults"]))
+    (vol,) = [v for v in pod["volumes"] if v["name"] == "nfd-lite-token"]
+    sources = vol["projected"]["sources"]
+    assert sources[0] == {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}}
+    assert sources[1] == {
+        "configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}
+    }
+    assert sources[2]["downwardAPI"]["items"] == [
+        {"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}
+    ]
+
+
+def test_gpu_access_the_narrow_way(rendered: dict[tuple[str, str], str]) -> None:
+    docs = documents(rendered["helm3", "defaults"])
+    pod = pod_spec(docs)
+    assert pod["runtimeClassName"] == "nvidia"
+    assert pod["priorityClassName"] == "system-node-critical"
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    by_name = containers(docs)
+    gfd_env = env_of(by_name["gfd"])
+    assert gfd_env["NVIDIA_VISIBLE_DEVICES"] == "all"
+    assert gfd_env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
+    assert "NVIDIA_VISIBLE_DEVICES" not in env_of(by_name["nfd-lite"])
+    assert env_of(by_name["nfd-lite"])["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+
+
+def test_both_containers_share_the_feature_dir(rendered: dict[tuple[str, str], str]) -> None:
+    docs = documents(rendered["helm3", "defaults"])
+    by_name = containers(docs)
+    for c in by_name.values():
+        (m,) = [m for m in c["volumeMounts"] if m["name"] == "features"]
+        assert m["mountPath"] == FEATURE_DIR
+    (vol,) = [v for v in pod_spec(docs)["volumes"] if v["name"] == "features"]
+    assert "emptyDir" in vol
+    assert f"--output-file={FEATURE_DIR}/source.d/gfd" in by_name["gfd"]["args"]
+    assert f"--features-dir={FEATURE_DIR}/source.d" in by_name["nfd-lite"]["args"]
+
+
+def test_sharing_config_reaches_gfd(rendered: dict[tuple[str, str], str]) -> None:
+    docs = documents(rendered["helm3", "sharing"])
+    cm = one(docs, "ConfigMap")
+    assert yaml.safe_load(cm["data"]["config.yaml"]) == MATRIX["sharing"]["sharing"]["config"]
+    gfd = containers(docs)["gfd"]
+    (mount,) = [m for m in gfd["volumeMounts"] if m["name"] == "sharing-config"]
+    assert f"--config-file={mount['mountPath']}/config.yaml" in gfd["args"]
+    ds = one(docs, "DaemonSet")
+    assert "checksum/sharing-config" in ds["spec"]["template"]["metadata"]["annotations"]
+
+    existing = documents(rendered["helm3", "sharing-existing-configmap"])
+    assert by_kind(existing, "ConfigMap") == []
+    (vol,) = [v for v in pod_spec(existing)["volumes"] if v["name"] == "sharing-config"]
+    assert vol["configMap"]["name"] == "device-plugin-config"
+    assert "--config-file=/etc/gpu-labeller/sharing/any.yaml" in containers(existing)["gfd"]["args"]
+
+
+def test_mig_strategy_passed(rendered: dict[tuple[str, str], str]) -> None:
+    assert "--mig-strategy=mixed" in containers(documents(rendered["helm3", "mig-mixed"]))["gfd"]["args"]
+
+
+def test_hostpath_mode(rendered: dict[tuple[str, str], str]) -> None:
+    docs = documents(rendered["helm3", "hostpath"])
+    (vol,) = [v for v in pod_spec(docs)["volumes"] if v["name"] == "features"]
+    assert vol["hostPath"] == {"path": FEATURE_DIR, "type": "DirectoryOrCreate"}
+    gfd = containers(docs)["gfd"]
+    assert gfd["securityContext"]["runAsUser"] == 0  # the host directory is root-owned
+    assert gfd["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert containers(docs)["nfd-lite"]["securityContext"]["runAsUser"] == 65532
+
+
+def test_jetson_mounts_host_files_read_only_under_host_root(rendered: dict[tuple[str, str], str]) -> None:
+    docs = documents(rendered["helm3", "jetson"])
+    gfd = containers(docs)["gfd"]
+    assert "--host-root=/host" in gfd["args"]
+    jetson = [m for m in gfd["volumeMounts"] if m["name"].startswith("jetson-")]
+    assert {m["mountPath"] for m in jetson} >= {"/host/etc/nv_tegra_release", "/host/proc/device-tree"}
+    assert all(m["readOnly"] for m in jetson)
+    assert "runtimeClassName" not in pod_spec(docs)
+    assert not any(m["name"].startswith("jetson-") for m in containers(docs)["nfd-lite"]["volumeMounts"])
+
+
+def test_privilege_only_behind_opt_in_values(rendered: dict[tuple[str, str], str]) -> None:
+    gfd = containers(documents(rendered["helm3", "vgpu-and-mig-monitor"]))["gfd"]
+    assert "--with-vgpu" in gfd["args"]
+    assert env_of(gfd)["NVIDIA_MIG_MONITOR_DEVICES"] == "all"
+    assert gfd["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}
+    assert gfd["securityContext"]["allowPrivilegeEscalation"] is False
+    assert gfd["securityContext"]["privileged"] is False
+    default_gfd = containers(documents(rendered["helm3", "defaults"]))["gfd"]
+    assert "--with-vgpu" not in default_gfd["args"]
+    assert "NVIDIA_MIG_MONITOR_DEVICES" not in env_of(default_gfd)
+
+
+def test_bottlerocket_volume_mount_request(rendered: dict[tuple[str, str], str]) -> None:
+    docs = documents(rendered["helm3", "bottlerocket"])
+    gfd = containers(docs)["gfd"]
+    (m,) = [m for m in gfd["volumeMounts"] if m["mountPath"] == "/var/run/nvidia-container-devices/all"]
+    (vol,) = [v for v in pod_spec(docs)["volumes"] if v["name"] == m["name"]]
+    assert "emptyDir" in vol
+
+
+def test_network_policy_only_metrics_in_dns_and_api_out(rendered: dict[tuple[str, str], str]) -> None:
+    docs = documents(rendered["helm3", "everything-on"])
+    np = next(d for d in by_kind(docs, "NetworkPolicy") if not d["metadata"]["name"].endswith("-test"))
+    spec = np["spec"]
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    (ingress,) = spec["ingress"]
+    assert {p["port"] for p in ingress["ports"]} == {"gfd-metrics", "nfd-metrics"}
+    dns, api = spec["egress"]
+    assert {p["port"] for p in dns["ports"]} == {53}
+    assert api["to"] == [{"ipBlock": {"cidr": "10.0.0.5/32"}}]
+    assert {p["port"] for p in api["ports"]} == {443, 6443}
+    # The test pod gets a deny-all policy of its own.
+    test_np = next(d for d in by_kind(docs, "NetworkPolicy") if d["metadata"]["name"].endswith("-test"))
+    assert "ingress" not in test_np["spec"] and "egress" not in test_np["spec"]
+
+
+def test_service_monitor_scrapes_both_containers(rendered: dict[tuple[str, str], str]) -> None:
+    docs = documents(rendered["helm3", "everything-on"])
+    sm = one(docs, "ServiceMonitor")
+    assert [e["port"] for e in sm["spec"]["endpoints"]] == ["gfd-metrics", "nfd-metrics"]
+    svc = one(docs, "Service")
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["selector"] == one(docs, "DaemonSet")["spec"]["selector"]["matchLabels"]
+    assert one(docs, "DaemonSet")["spec"]["template"]["spec"]["containers"][0]["image"].endswith(
+        "@sha256:" + "0" * 64
+    )
+
+
+def test_helm_test_pod_needs_no_identity(rendered: dict[tuple[str, str], str]) -> None:
+    docs = documents(rendered["helm3", "defaults"])
+    pod = one(docs, "Pod")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    spec = pod["spec"]
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert terms == [
+        {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]}
+    ]
+    assert "serviceAccountName" not in spec and spec["automountServiceAccountToken"] is False
+    # Not adoptable by the DaemonSet: its selector must not match the test pod.
+    selector = one(docs, "DaemonSet")["spec"]["selector"]["matchLabels"]
+    assert not selector.items() <= pod["metadata"]["labels"].items()
+
+
+@pytest.mark.parametrize("which", HELMS)
+def test_rendered_args_are_accepted_by_the_programs(tools: Tools, tmp_path: Path, which: str) -> None:
+    from gfd.config import load_settings
+    from nfd_lite.cli import build_parser
+
+    values = {**MATRIX["everything-on"], "migStrategy": "single"}
+    by_name = containers(documents(render(tools, which, values, tmp_path)))
+    settings = load_settings(by_name["gfd"]["args"], {})
+    assert settings.mig_strategy == "single"
+    assert settings.metrics_address == ("0.0.0.0", 9400)
+    assert settings.fail_on_init_error is False
+    args = build_parser().parse_args(by_name["nfd-lite"]["args"])
+    assert args.prefixes == ["nvidia.com/", "feature.node.kubernetes.io/"]
+    assert [str(d) for d in args.dirs] == [f"{FEATURE_DIR}/source.d", f"{FEATURE_DIR}/features.d"]
+
+
+def test_prune_mode_runs_only_the_writer_and_is_ready_when_done(rendered: dict[tuple[str, str], str]) -> None:
+    docs = documents(rendered["helm3", "prune"])
+    (nfd,) = pod_spec(docs)["containers"]
+    assert nfd["name"] == "nfd-lite"
+    assert nfd["command"][-1].startswith("nfd-lite prune && touch /run/gpu-labeller/pruned")
+    assert nfd["readinessProbe"]["exec"]["command"] == ["test", "-e", "/run/gpu-labeller/pruned"]
+    assert restricted_violations(pod_spec(docs)) == []
