@@ -11,8 +11,11 @@ ValidatingAdmissionPolicy found there. See docs/apiserver.md for the whole surfa
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import socket
+import ssl
+import tempfile
 import threading
 from http.server import ThreadingHTTPServer
 from pathlib import Path
@@ -28,6 +31,7 @@ from tests.apiserver.handler import Handler, RequestRecord
 from tests.apiserver.managed import record_update
 from tests.apiserver.patches import merge_patch
 from tests.apiserver.store import Store
+from tests.apiserver.tls import make_certificate, server_context
 
 REPO_RBAC = Path(__file__).resolve().parents[2] / "rbac"
 
@@ -35,6 +39,14 @@ REPO_RBAC = Path(__file__).resolve().parents[2] / "rbac"
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    ssl_context: ssl.SSLContext | None = None
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        sock, address = self.socket.accept()
+        if self.ssl_context is not None:
+            # The handshake happens in the handler thread, so one slow client cannot stall accept().
+            sock = self.ssl_context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        return sock, address
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass  # clients going away mid-answer are normal here
@@ -49,6 +61,7 @@ class FakeApiServer:
         version: str = "1.32.0",
         bookmark_interval: float = 1.0,
         watch_timeout: float = 1800.0,
+        tls: bool = False,
     ) -> None:
         self.store = Store()
         self.tokens = Tokens()
@@ -67,11 +80,18 @@ class FakeApiServer:
         self._connections: set[socket.socket] = set()
         self._http: _Server | None = None
         self._thread: threading.Thread | None = None
+        self.tls = tls
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self.ca_cert: Path | None = None  # with tls=True: the serving certificate, which is also its CA
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> FakeApiServer:
         handler = type("BoundHandler", (Handler,), {"api": self})
         self._http = _Server(("127.0.0.1", 0), handler)
+        if self.tls:
+            self._tmp = tempfile.TemporaryDirectory(prefix="fake-apiserver-")
+            self.ca_cert, key = make_certificate(Path(self._tmp.name))
+            self._http.ssl_context = server_context(self.ca_cert, key)
         self._thread = threading.Thread(
             target=self._http.serve_forever,
             kwargs={"poll_interval": 0.05},
@@ -92,6 +112,9 @@ class FakeApiServer:
                     conn.shutdown(socket.SHUT_RDWR)
             self._http.server_close()
             self._http = None
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
 
     def __enter__(self) -> FakeApiServer:
         return self.start()
@@ -109,7 +132,13 @@ class FakeApiServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.address}"
+        return f"{'https' if self.tls else 'http'}://{self.address}"
+
+    @property
+    def in_cluster_env(self) -> dict[str, str]:
+        """KUBERNETES_SERVICE_HOST/PORT as the kubelet sets them for pods (use with tls=True)."""
+        host, _, port = self.address.rpartition(":")
+        return {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port}
 
     # -- objects -----------------------------------------------------------------------------------
     def add_node(
@@ -213,6 +242,8 @@ class FakeApiServer:
         from kubernetes import client  # imported here: most of this module's users do not need it
 
         configuration = client.Configuration(host=self.url)
+        if self.ca_cert is not None:
+            configuration.ssl_ca_cert = str(self.ca_cert)
         if token is not None:
             configuration.api_key = {"authorization": token}
             configuration.api_key_prefix = {"authorization": "Bearer"}
@@ -223,12 +254,34 @@ class FakeApiServer:
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "clusters": [{"name": "fake", "cluster": self._cluster_entry()}],
             "users": [{"name": "fake-user", "user": {"token": token}}],
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake-user"}}],
             "current-context": "fake",
         }
         path.write_text(yaml.safe_dump(config))
+        return path
+
+    def _cluster_entry(self) -> dict[str, str]:
+        entry = {"server": self.url}
+        if self.ca_cert is not None:
+            entry["certificate-authority-data"] = base64.b64encode(self.ca_cert.read_bytes()).decode()
+        return entry
+
+    def write_service_account_dir(
+        self, path: Path | str, token: str, namespace: str = "gpu-labeller"
+    ) -> Path:
+        """What the projected volume puts at /var/run/secrets/kubernetes.io/serviceaccount: token, ca.crt
+        (with tls=True) and namespace. Call again with a new token to rotate it in place atomically."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        files = {"token": token, "namespace": namespace}
+        if self.ca_cert is not None:
+            files["ca.crt"] = self.ca_cert.read_text()
+        for name, text in files.items():
+            temporary = path / f".{name}.tmp"
+            temporary.write_text(text)
+            temporary.replace(path / name)
         return path
 
     # -- faults and observation --------------------------------------------------------------------
