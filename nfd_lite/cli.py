@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print labels, rejections and patch; no API calls")
     p.add_argument("--poll", action="store_true", help="poll the directories instead of inotify")
     p.add_argument("--resync-interval", type=_positive, default=60.0, help="seconds between safety rescans")
-    p.add_argument("--debounce", type=_positive, default=0.005, help="seconds to coalesce a burst of events")
+    p.add_argument("--debounce", type=_positive, default=0.002, help="seconds to coalesce a burst of events")
     p.add_argument(
         "--startup-grace", type=_positive, default=60.0, help="seconds before removing owned labels"
     )

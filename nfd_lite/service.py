@@ -51,7 +51,7 @@ class Settings:
     overwrite: bool = False
     poll: bool = False
     resync_interval: float = 60.0
-    debounce: float = 0.005
+    debounce: float = 0.002
     debounce_cap: float = 0.25
     startup_grace: float = 60.0
     watch_timeout: int = 1800

@@ -51,8 +51,9 @@ def test_labels_appear_change_and_are_removed(cluster: FakeApiServer, tmp_path: 
 
 
 def test_labels_expire_at_their_time_without_a_file_change(cluster: FakeApiServer, tmp_path: Path) -> None:
-    soon = (datetime.now(UTC) + timedelta(seconds=1.5)).isoformat(timespec="milliseconds")
     with Writer(cluster, tmp_path) as w:
+        assert eventually(lambda: w.service.synced)
+        soon = (datetime.now(UTC) + timedelta(seconds=3)).isoformat(timespec="milliseconds")
         w.write(f"nvidia.com/keep=1\n# +expiry-time={soon}\nnvidia.com/lease=1\n")
         assert eventually(lambda: ours(cluster) == {"nvidia.com/keep": "1", "nvidia.com/lease": "1"})
         assert eventually(lambda: ours(cluster) == {"nvidia.com/keep": "1"})

@@ -1,0 +1,125 @@
+"""Peak resident memory (VmHWM) of the running writer, and of the client options it was chosen from.
+
+    .venv/bin/python benchmarks/nfd_lite_rss.py [--kopf-python /path/to/scratch-venv/bin/python]
+
+1. The real writer (``python -m nfd_lite``, kubeconfig mode, which loads more of the client than
+   in-cluster mode) after 50 label changes and a watch renewal. Target: <= 50 MiB.
+2. Each client option doing the writer's work (GET its Node, one merge PATCH), in a fresh interpreter:
+   CoreV1Api; raw ApiClient.call_api after a plain ``import kubernetes``; raw call_api with nfd-lite's
+   light import (what the writer does); and, if --kopf-python names an interpreter with kopf installed
+   (a scratch venv: kopf is not a dependency), a minimal kopf operator watching only this Node.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from _nfd_lite_common import NODE, ROOT, Bench
+
+FINISH = """
+import time
+for line in open('/proc/self/status'):
+    if line.startswith('VmHWM:'):
+        print(int(line.split()[1]))
+"""
+OPTIONS = {
+    "CoreV1Api": """
+import kubernetes, sys
+kubernetes.config.load_kube_config(sys.argv[1])
+api = kubernetes.client.CoreV1Api()
+node = api.read_node(sys.argv[2])
+api.patch_node(sys.argv[2], {"metadata": {"labels": {"nvidia.com/rss": "corev1"}}})
+""",
+    "raw call_api, plain import": """
+import kubernetes, sys
+from nfd_lite.client import NodeApi, kubeconfig_configuration
+api = NodeApi(kubeconfig_configuration(sys.argv[1]), sys.argv[2])
+node = api.get_node()
+api.patch_node({"metadata": {"resourceVersion": node["metadata"]["resourceVersion"],
+                             "labels": {"nvidia.com/rss": "raw"}}})
+""",
+    "raw call_api, light import (nfd-lite)": """
+import sys
+from nfd_lite.cli import _light_kubernetes_import
+_light_kubernetes_import()
+from nfd_lite.client import NodeApi, kubeconfig_configuration
+api = NodeApi(kubeconfig_configuration(sys.argv[1]), sys.argv[2])
+node = api.get_node()
+api.patch_node({"metadata": {"resourceVersion": node["metadata"]["resourceVersion"],
+                             "labels": {"nvidia.com/rss": "light"}}})
+""",
+}
+KOPF = """
+import asyncio, sys, threading, time, kopf
+kubeconfig, node = sys.argv[1], sys.argv[2]
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_):
+    settings.posting.enabled = False          # no Events
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="gpu-labeller.io")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="gpu-labeller.io")
+    try:
+        settings.watching.field_selectors = {"metadata.name": node}   # kopf >= 1.45 only
+    except AttributeError:
+        pass
+
+@kopf.on.event("", "v1", "nodes", field="metadata.name", value=node)
+def seen(patch, **_):
+    patch.metadata.labels["nvidia.com/rss"] = "kopf"
+
+def stop_later(stop):
+    time.sleep(8)
+    stop.set_result(None)
+
+import os
+os.environ["KUBECONFIG"] = kubeconfig
+loop = asyncio.new_event_loop()
+stop = loop.create_future()
+threading.Thread(target=stop_later, args=(stop,), daemon=True).start()
+try:
+    loop.run_until_complete(kopf.operator(standalone=True, clusterwide=True, stop_flag=stop))
+except Exception as err:
+    print("kopf:", type(err).__name__, err, file=sys.stderr)
+"""
+
+
+def run_option(python: str, code: str, kubeconfig: Path) -> str:
+    result = subprocess.run([python, "-c", code + FINISH, str(kubeconfig), NODE],
+                            capture_output=True, text=True, timeout=120, cwd=ROOT)  # fmt: skip
+    lines = result.stdout.strip().splitlines()
+    if result.returncode != 0 or not lines:
+        return f"failed: {result.stderr.strip().splitlines()[-1:] or result.returncode}"
+    return f"{int(lines[-1]) / 1024:.1f} MiB"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--kopf-python", help="python of a scratch venv with kopf installed")
+    args = parser.parse_args()
+
+    bench = Bench("--watch-timeout", "3")
+    try:
+        for i in range(50):
+            bench.write(f"nvidia.com/gpu.count=8\nnvidia.com/rss=v{i}\n")
+            assert bench.wait_label("nvidia.com/rss", f"v{i}", 30), "writer did not apply a change"
+        time.sleep(4)  # one watch renewal
+        peak = bench.peak_rss_kib() / 1024
+        print(f"nfd-lite writer (kubeconfig mode, 50 changes): peak RSS {peak:.1f} MiB (target <= 50 MiB)")
+        kubeconfig = bench.tmp / "kubeconfig"
+        for name, code in OPTIONS.items():
+            print(f"{name}: peak RSS {run_option(sys.executable, code, kubeconfig)}")
+        if args.kopf_python:
+            admin = bench.server.write_kubeconfig(bench.tmp / "admin", bench.server.admin_token())
+            print(
+                f"kopf operator (standalone, one node): peak RSS {run_option(args.kopf_python, KOPF, admin)}"
+            )
+    finally:
+        bench.close()
+
+
+if __name__ == "__main__":
+    main()
