@@ -13,7 +13,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from tests.apiserver import discovery, resources, watch
 from tests.apiserver.auth import Attributes, UserInfo
-from tests.apiserver.selectors import field_selector
+from tests.apiserver.selectors import field_selector, label_selector
 from tests.apiserver.status import ApiError, status_body
 
 if TYPE_CHECKING:
@@ -130,6 +130,10 @@ class Handler(BaseHTTPRequestHandler):
             self._route(path, query, user, attrs, name, is_watch, body, content_type or "", gone)
         except ApiError as err:
             self._send_json(err.code, err.body(), err.headers)
+        except (
+            Exception
+        ) as exc:  # a bug in the fake: answer 500 with the cause rather than drop the connection
+            self._send_json(500, status_body(500, f"fake API server error: {type(exc).__name__}: {exc}"))
 
     def _route(
         self,
@@ -181,6 +185,8 @@ class Handler(BaseHTTPRequestHandler):
             raise ApiError(405, "the server does not allow this method on the requested resource")
 
     def _watch(self, kind: resources.Kind, query: dict[str, str], force_gone: bool) -> None:
+        field_selector(query.get("fieldSelector"))  # a bad selector is a 400 before the stream starts
+        label_selector(query.get("labelSelector"))
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
