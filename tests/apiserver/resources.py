@@ -128,10 +128,7 @@ def update(
         raise ApiError(400, "the body must be a Node object")
     with api.store.cond:
         current = get(api, kind, name)
-        new = copy.deepcopy(document)
-        new.setdefault("metadata", {}).setdefault("resourceVersion", None)
-        if new["metadata"]["resourceVersion"] is None:
-            new["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]  # nodes allow this
+        new = copy.deepcopy(document)  # without resourceVersion an update is unconditional, as nodes allow
         return _finish(api, kind, current, new, subresource, user, manager_for(query, user_agent), query)
 
 
@@ -149,7 +146,7 @@ def _finish(
     if not isinstance(new, dict) or not isinstance(new.get("metadata"), dict):
         raise invalid(kind.kind, name, [("metadata", "Required value")])
     rv = new["metadata"].get("resourceVersion")
-    if rv is not None and str(rv) != current["metadata"]["resourceVersion"]:
+    if rv not in (None, "") and str(rv) != current["metadata"]["resourceVersion"]:  # "" means no precondition
         raise conflict(kind.resource, name)
     if new["metadata"].get("name") != name:
         raise invalid(kind.kind, name, [("metadata.name", "Invalid value: field is immutable")])

@@ -127,3 +127,24 @@ def test_patching_status_through_the_main_resource_is_ignored(apiserver: FakeApi
     assert apiserver.get_node("gpu-1")["status"]["allocatable"]["pods"] == "110"
     admin.patch_node_status("gpu-1", {"status": {"allocatable": {"pods": "1"}}})
     assert apiserver.get_node("gpu-1")["status"]["allocatable"]["pods"] == "1"
+
+
+def test_update_is_conditional_only_when_it_carries_a_resource_version(
+    apiserver: FakeApiServer, admin: Any
+) -> None:
+    node = admin.read_node("gpu-1")
+    apiserver.set_node_labels("gpu-1", {"team": "ml"})
+    node.metadata.labels["nvidia.com/a"] = "1"
+    code, body = error(lambda: admin.replace_node("gpu-1", node))
+    assert (code, body["reason"]) == (409, "Conflict")
+    node.metadata.resource_version = None
+    admin.replace_node("gpu-1", node)  # unconditional: overwrites the concurrent change, as on a real server
+    assert apiserver.labels("gpu-1").get("nvidia.com/a") == "1" and "team" not in apiserver.labels("gpu-1")
+
+
+def test_an_empty_resource_version_in_a_patch_is_no_precondition(
+    apiserver: FakeApiServer, admin: Any
+) -> None:
+    body = {"metadata": {"resourceVersion": "", "labels": {"nvidia.com/a": "1"}}}
+    admin.patch_node("gpu-1", body, _content_type="application/merge-patch+json")
+    assert apiserver.labels("gpu-1")["nvidia.com/a"] == "1"
