@@ -54,8 +54,10 @@ api.patch_node({"metadata": {"resourceVersion": node["metadata"]["resourceVersio
 """,
 }
 KOPF = """
-import asyncio, sys, threading, time, kopf
+import os, sys
 kubeconfig, node = sys.argv[1], sys.argv[2]
+os.environ["KUBECONFIG"] = kubeconfig  # read when the kubernetes client is imported, so before kopf
+import asyncio, threading, time, kopf
 
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, **_):
@@ -67,16 +69,15 @@ def configure(settings: kopf.OperatorSettings, **_):
     except AttributeError:
         pass
 
-@kopf.on.event("", "v1", "nodes", field="metadata.name", value=node)
+@kopf.on.event("nodes", field="metadata.name", value=node)
 def seen(patch, **_):
     patch.metadata.labels["nvidia.com/rss"] = "kopf"
+    print("handled", file=sys.stderr)
 
 def stop_later(stop):
     time.sleep(8)
     stop.set_result(None)
 
-import os
-os.environ["KUBECONFIG"] = kubeconfig
 loop = asyncio.new_event_loop()
 stop = loop.create_future()
 threading.Thread(target=stop_later, args=(stop,), daemon=True).start()
@@ -93,7 +94,8 @@ def run_option(python: str, code: str, kubeconfig: Path) -> str:
     lines = result.stdout.strip().splitlines()
     if result.returncode != 0 or not lines:
         return f"failed: {result.stderr.strip().splitlines()[-1:] or result.returncode}"
-    return f"{int(lines[-1]) / 1024:.1f} MiB"
+    note = " (handler ran)" if "handled" in result.stderr else ""
+    return f"{int(lines[-1]) / 1024:.1f} MiB{note}"
 
 
 def main() -> None:
