@@ -125,8 +125,8 @@ class Service:
         if isinstance(err, ApiError):
             if err.status == 410:
                 return 0.0
-            if err.status == 409:
-                return random.uniform(0.0, 0.02)
+            if err.status == 409 and retry_state.attempt_number <= 2:
+                return random.uniform(0.0, 0.02)  # someone else wrote first: re-read and retry at once
             if err.retry_after is not None:
                 return err.retry_after + random.uniform(0.0, 0.05)
             if err.status in (401, 403) and not self._bounded:

@@ -157,3 +157,19 @@ def test_daemon_serves_health_and_metrics_and_sigterm_leaves_labels(
             proc.wait()
     assert ours(apiserver) == BOTH
     assert "Traceback" not in (proc.stderr.read() if proc.stderr else "")
+
+
+def test_in_cluster_configuration_reads_the_service_account(tmp_path: Path) -> None:
+    from nfd_lite.client import ConfigError, in_cluster_configuration
+
+    (tmp_path / "token").write_text("first\n")
+    (tmp_path / "ca.crt").write_text("")
+    env = {"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "443"}
+    config, _ = in_cluster_configuration(tmp_path, env)
+    assert config.host == "https://[fd00::1]:443"
+    assert config.get_api_key_with_prefix("BearerToken") == "Bearer first"
+    (tmp_path / ".token").write_text("second\n")
+    (tmp_path / ".token").rename(tmp_path / "token")
+    assert config.get_api_key_with_prefix("BearerToken") == "Bearer second"  # rotation picked up
+    with pytest.raises(ConfigError, match="KUBERNETES_SERVICE_HOST"):
+        in_cluster_configuration(tmp_path, {})
