@@ -7,19 +7,14 @@ Other fields in an apply body are merged but not tracked.
 
 from __future__ import annotations
 
-import copy
-from datetime import UTC, datetime
 from typing import Any
 
+from tests.apiserver.objects import clone, now
 from tests.apiserver.patches import strategic_merge_patch
 from tests.apiserver.status import ApiError
 
 TRACKED = ("labels", "annotations")
 Owned = dict[str, set[str]]
-
-
-def now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _owned(entry: dict[str, Any]) -> Owned:
@@ -112,7 +107,7 @@ def apply(current: dict[str, Any], applied: Any, manager: str, force: bool) -> d
     if conflicts and not force:
         raise _apply_conflict(conflicts)
 
-    new = copy.deepcopy(current)
+    new = clone(current)
     rest = {k: v for k, v in applied.items() if k not in ("apiVersion", "kind", "metadata", "status")}
     new.update(strategic_merge_patch({k: new.get(k) for k in rest}, rest))
     for key in ("resourceVersion",):

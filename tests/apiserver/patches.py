@@ -6,9 +6,9 @@ Errors are raised as ApiError with the codes the real server uses: 400 for a bod
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
+from tests.apiserver.objects import clone
 from tests.apiserver.status import ApiError
 
 # Lists that strategic merge patch merges by key instead of replacing (patchMergeKey in the Go types).
@@ -25,7 +25,7 @@ SET_LISTS = {("metadata", "finalizers")}
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386: objects merge recursively, null removes a key, anything else replaces."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return clone(patch)
     result = dict(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
@@ -39,12 +39,12 @@ def strategic_merge_patch(target: Any, patch: Any, path: tuple[str, ...] = ()) -
     """Strategic merge as far as Nodes need it: maps merge (null deletes, `$patch: replace|delete`),
     keyed lists (taints, conditions) merge by key, finalizers merge as a set, other lists replace."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return clone(patch)
     directive = patch.get("$patch")
     if directive == "delete":
         return None
     if directive == "replace":
-        return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
+        return {k: clone(v) for k, v in patch.items() if k != "$patch"}
     result = dict(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if key.startswith("$"):
@@ -68,8 +68,8 @@ def strategic_merge_patch(target: Any, patch: Any, path: tuple[str, ...] = ()) -
 
 def _merge_keyed_list(old: list[Any], patch: list[Any], key: str) -> list[Any]:
     if any(isinstance(item, dict) and item.get("$patch") == "replace" for item in patch):
-        return [copy.deepcopy(i) for i in patch if not (isinstance(i, dict) and "$patch" in i)]
-    result = [copy.deepcopy(i) for i in old]
+        return [clone(i) for i in patch if not (isinstance(i, dict) and "$patch" in i)]
+    result = [clone(i) for i in old]
     for item in patch:
         if not isinstance(item, dict) or key not in item:
             raise ApiError(400, f"map: {item!r} does not contain declared merge key: {key}")
@@ -78,7 +78,7 @@ def _merge_keyed_list(old: list[Any], patch: list[Any], key: str) -> list[Any]:
             if index is not None:
                 result.pop(index)
         elif index is None:
-            result.append(copy.deepcopy(item))
+            result.append(clone(item))
         else:
             result[index] = strategic_merge_patch(result[index], item)
     return result
@@ -128,18 +128,18 @@ def _remove(doc: Any, parts: list[str], op: str) -> Any:
 
 def _add(doc: Any, parts: list[str], value: Any, op: str, replace: bool = False) -> Any:
     if not parts:
-        return copy.deepcopy(value)
+        return clone(value)
     parent, last = _parent(doc, parts, op)
     if isinstance(parent, list):
         index = len(parent) if last == "-" else int(last)
         if replace:
-            parent[index] = copy.deepcopy(value)
+            parent[index] = clone(value)
         else:
-            parent.insert(index, copy.deepcopy(value))
+            parent.insert(index, clone(value))
     elif isinstance(parent, dict):
         if replace and last not in parent:
             raise ApiError(422, f"replace operation does not apply: doc is missing key: /{'/'.join(parts)}")
-        parent[last] = copy.deepcopy(value)
+        parent[last] = clone(value)
     else:
         raise ApiError(422, f"{op} operation does not apply: /{'/'.join(parts)} is not a container")
     return doc
@@ -149,7 +149,7 @@ def json_patch(target: Any, ops: Any) -> Any:
     """RFC 6902 (add, remove, replace, move, copy, test) on a deep copy of target."""
     if not isinstance(ops, list):
         raise ApiError(400, "json: cannot unmarshal object into Go value of type jsonpatch.Patch")
-    doc = copy.deepcopy(target)
+    doc = clone(target)
     for op in ops:
         if not isinstance(op, dict) or "op" not in op or "path" not in op:
             raise ApiError(400, f"invalid JSON patch operation: {op!r}")
@@ -162,7 +162,7 @@ def json_patch(target: Any, ops: Any) -> Any:
             _remove(doc, parts, kind)
         elif kind in ("move", "copy"):
             source = _pointer(op.get("from", ""))
-            value = _remove(doc, source, kind) if kind == "move" else copy.deepcopy(_get(doc, source, kind))
+            value = _remove(doc, source, kind) if kind == "move" else clone(_get(doc, source, kind))
             doc = _add(doc, parts, value, kind)
         elif kind == "test":
             if _get(doc, parts, kind) != op.get("value"):

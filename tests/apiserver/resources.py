@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -13,6 +12,7 @@ from k8slabels import key_problem, value_problem
 from tests.apiserver.admission import Request
 from tests.apiserver.auth import UserInfo
 from tests.apiserver.managed import apply, record_update
+from tests.apiserver.objects import clone
 from tests.apiserver.patches import json_patch, merge_patch, strategic_merge_patch
 from tests.apiserver.selectors import field_selector, label_selector
 from tests.apiserver.status import ApiError, conflict, invalid, not_found
@@ -128,7 +128,7 @@ def update(
         raise ApiError(400, "the body must be a Node object")
     with api.store.cond:
         current = get(api, kind, name)
-        new = copy.deepcopy(document)  # without resourceVersion an update is unconditional, as nodes allow
+        new = clone(document)  # without resourceVersion an update is unconditional, as nodes allow
         return _finish(api, kind, current, new, subresource, user, manager_for(query, user_agent), query)
 
 
@@ -145,6 +145,7 @@ def _finish(
     name = current["metadata"]["name"]
     if not isinstance(new, dict) or not isinstance(new.get("metadata"), dict):
         raise invalid(kind.kind, name, [("metadata", "Required value")])
+    new = clone(new)  # patch results share unchanged parts with `current`; edits below must not reach it
     rv = new["metadata"].get("resourceVersion")
     if rv not in (None, "") and str(rv) != current["metadata"]["resourceVersion"]:  # "" means no precondition
         raise conflict(kind.resource, name)
@@ -155,11 +156,11 @@ def _finish(
         new["metadata"][key] = current["metadata"][key]
     # Node strategy: the main resource cannot change status, the status subresource cannot change spec.
     if subresource == "status":
-        new["spec"] = copy.deepcopy(current.get("spec", {}))
+        new["spec"] = clone(current.get("spec", {}))
     else:
-        new["status"] = copy.deepcopy(current.get("status", {}))
+        new["status"] = clone(current.get("status", {}))
     if update_manager is not None:
-        new["metadata"]["managedFields"] = copy.deepcopy(current["metadata"].get("managedFields"))
+        new["metadata"]["managedFields"] = clone(current["metadata"].get("managedFields"))
         if new["metadata"]["managedFields"] is None:
             del new["metadata"]["managedFields"]
         record_update(current, new, update_manager)

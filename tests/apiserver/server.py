@@ -41,6 +41,8 @@ class _Server(ThreadingHTTPServer):
 
     def get_request(self) -> tuple[socket.socket, Any]:
         sock, address = self.socket.accept()
+        # Answers and watch events are small writes: without this, Nagle and delayed ACKs add ~40 ms each.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self.ssl_context is not None:
             # The handshake happens in the handler thread, so one slow client cannot stall accept().
             sock = self.ssl_context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)

@@ -5,13 +5,12 @@ One lock guards everything; a Condition wakes watch streams on every change, on 
 
 from __future__ import annotations
 
-import copy
 import threading
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from tests.apiserver.managed import now
+from tests.apiserver.objects import clone, now
 
 HISTORY_LIMIT = 1000
 
@@ -44,11 +43,11 @@ class Store:
     def get(self, resource: str, name: str) -> dict[str, Any] | None:
         with self.cond:
             obj = self.objects[resource].get(name)
-            return copy.deepcopy(obj) if obj is not None else None
+            return clone(obj) if obj is not None else None
 
     def list_all(self, resource: str) -> tuple[list[dict[str, Any]], int]:
         with self.cond:
-            items = [copy.deepcopy(o) for _, o in sorted(self.objects[resource].items())]
+            items = [clone(o) for _, o in sorted(self.objects[resource].items())]
             return items, self.rv
 
     def create(self, resource: str, obj: dict[str, Any]) -> dict[str, Any]:
@@ -56,34 +55,32 @@ class Store:
             meta = obj["metadata"]
             meta.setdefault("uid", str(uuid.uuid4()))
             meta.setdefault("creationTimestamp", now())
-            return self._commit(resource, None, obj, "ADDED")
+            return self._commit(resource, obj, "ADDED")
 
     def replace(self, resource: str, old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         """Store `new` unless it equals `old` (a no-op write changes nothing, as on the real server)."""
         with self.cond:
             if _comparable(old) == _comparable(new):
-                return copy.deepcopy(self.objects[resource][old["metadata"]["name"]])
-            return self._commit(resource, old, new, "MODIFIED")
+                return clone(self.objects[resource][old["metadata"]["name"]])
+            return self._commit(resource, new, "MODIFIED")
 
     def delete(self, resource: str, name: str) -> None:
         with self.cond:
             old = self.objects[resource].pop(name)
             self.rv += 1
-            gone = copy.deepcopy(old)
+            gone = clone(old)
             gone["metadata"]["resourceVersion"] = str(self.rv)
             self._record(Event(self.rv, "DELETED", resource, gone, old))
 
-    def _commit(
-        self, resource: str, old: dict[str, Any] | None, new: dict[str, Any], kind: str
-    ) -> dict[str, Any]:
+    def _commit(self, resource: str, new: dict[str, Any], kind: str) -> dict[str, Any]:
         self.rv += 1
-        stored = copy.deepcopy(new)
+        stored = clone(new)
         stored["metadata"]["resourceVersion"] = str(self.rv)
+        previous = self.objects[resource].get(stored["metadata"]["name"])
         self.objects[resource][stored["metadata"]["name"]] = stored
-        self._record(
-            Event(self.rv, kind, resource, copy.deepcopy(stored), copy.deepcopy(old) if old else None)
-        )
-        return copy.deepcopy(stored)
+        # Stored objects are never changed in place, so events share them with the store.
+        self._record(Event(self.rv, kind, resource, stored, previous))
+        return clone(stored)
 
     def _record(self, event: Event) -> None:
         self.history.append(event)
@@ -125,8 +122,6 @@ class Store:
 
 def _comparable(obj: dict[str, Any]) -> dict[str, Any]:
     """The object without what a no-op write may touch (managedFields times, resourceVersion)."""
-    clean = copy.deepcopy(obj)
-    clean["metadata"].pop("resourceVersion", None)
-    for entry in clean["metadata"].get("managedFields") or []:
-        entry.pop("time", None)
-    return clean
+    meta = {k: v for k, v in obj["metadata"].items() if k not in ("resourceVersion", "managedFields")}
+    fields = [{k: v for k, v in e.items() if k != "time"} for e in obj["metadata"].get("managedFields") or []]
+    return obj | {"metadata": meta | {"managedFields": fields}}
