@@ -40,6 +40,8 @@ fi
 BUILDAH=(buildah --storage-driver vfs --root "$BUILDAH_ROOT/storage" --runroot "$BUILDAH_ROOT/run")
 export BUILDAH_ISOLATION=chroot
 mkdir -p "$BUILDAH_ROOT" "$BASE_DIR"
+# The storage is this script's own: working containers left by an interrupted run only take space.
+"${BUILDAH[@]}" rm --all >/dev/null 2>&1 || true
 
 # --- base image: Debian minbase + python3 (venv) + CA certificates, made with debootstrap --------------
 if [ ! -s "$BASE_TAR" ]; then
@@ -72,11 +74,14 @@ revision=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 secret=()
 ca=${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}
 [ -s "$ca" ] && secret=(--secret "id=pip-ca,src=$ca")
-"${BUILDAH[@]}" build --isolation chroot --layers --pull=never "${secret[@]}" \
+"${BUILDAH[@]}" build --isolation chroot --pull=never "${secret[@]}" \
   --build-arg "BASE_IMAGE=$BASE_IMAGE" \
   --build-arg "REVISION=$revision" \
   -f Dockerfile -t "$IMAGE" . >"$BUILDAH_ROOT/build.log" 2>&1 \
   || { tail -30 "$BUILDAH_ROOT/build.log" >&2; die "buildah build failed (full log: $BUILDAH_ROOT/build.log)"; }
+
+# vfs stores every image as a full copy: drop the previous build and the build stage, keep base + image.
+"${BUILDAH[@]}" rmi --prune >/dev/null 2>&1 || true
 
 user=$("${BUILDAH[@]}" inspect --type image --format '{{.OCIv1.Config.User}}' "$IMAGE")
 [ "$user" = "65532:65532" ] || die "image user is '$user', expected 65532:65532"
