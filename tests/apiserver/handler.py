@@ -20,6 +20,13 @@ if TYPE_CHECKING:
     from tests.apiserver.server import FakeApiServer
 
 VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+# What the real server says with these codes (priority and fairness, an overloaded or restarting server).
+FAULT_MESSAGES = {
+    429: "Too many requests, please try again later.",
+    500: "Internal error occurred: injected fault",
+    503: "the server is currently unable to handle the request",
+    504: "Timeout: request did not complete within requested timeout - context deadline exceeded",
+}
 
 
 class RequestRecord(NamedTuple):
@@ -121,7 +128,7 @@ class Handler(BaseHTTPRequestHandler):
             if fault.status is not None:
                 headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after is not None else {}
                 details = {"retryAfterSeconds": fault.retry_after} if fault.retry_after is not None else None
-                message = fault.message or f"injected fault {fault.status}"
+                message = fault.message or FAULT_MESSAGES.get(fault.status, f"injected fault {fault.status}")
                 self._send_json(fault.status, status_body(fault.status, message, details=details), headers)
                 return
         try:
