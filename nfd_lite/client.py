@@ -137,6 +137,7 @@ class NodeApi:
         token: TokenFile | None = None,
     ) -> None:
         configuration.retries = False  # urllib3 must not retry behind our back: retries are counted here
+        configuration.keep_alive = True  # TCP keep-alive probes find a dead peer under an idle watch
         self.configuration = configuration
         self.api = ApiClient(configuration)
         self.api.user_agent = USER_AGENT
