@@ -144,7 +144,14 @@ def _run(args: argparse.Namespace, policy: Policy, dirs: list[Path]) -> int:
 
         signal.signal(signal.SIGTERM, _stop)
         signal.signal(signal.SIGINT, _stop)
-        service.run()
+        try:
+            service.run()
+        except OSError as err:  # e.g. the metrics port is taken: a configuration problem, not a crash
+            print(
+                f"nfd-lite: error: --metrics-address {args.metrics_address}: {err.strerror or err}",
+                file=sys.stderr,
+            )
+            return 2
         return 0
     except ApiError as err:
         message = explain(err) if err.status in (401, 403) else f"{err.code}: {err.message}"

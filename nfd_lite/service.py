@@ -268,6 +268,7 @@ class Service:
 
     def _watch_loop(self) -> None:
         while not self._stop.is_set():
+            started = time.monotonic()
             try:
                 self._retrying(self._watch_once, "watch")
             except Stopped:
@@ -275,6 +276,9 @@ class Service:
             except ApiError:
                 if self._stop.is_set():
                     return
+            # A watch the server (or a proxy) ends at once, again and again, must not become a busy loop.
+            if time.monotonic() - started < 1.0 and self._stop.wait(1.0):
+                return
 
     # ---- lifecycle ----
 

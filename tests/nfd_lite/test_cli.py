@@ -173,3 +173,17 @@ def test_in_cluster_configuration_reads_the_service_account(tmp_path: Path) -> N
     assert config.get_api_key_with_prefix("BearerToken") == "Bearer second"  # rotation picked up
     with pytest.raises(ConfigError, match="KUBERNETES_SERVICE_HOST"):
         in_cluster_configuration(tmp_path, {})
+
+
+def test_a_taken_metrics_port_is_one_line_and_exit_2(
+    setup: Setup, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, kubeconfig, features = setup
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        argv = ["--kubeconfig", str(kubeconfig), "--node-name", NODE, "--features-dir", str(features)]
+        assert main([*argv, "--metrics-address", address]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"nfd-lite: error: --metrics-address {address}")
