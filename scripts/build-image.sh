@@ -95,7 +95,20 @@ cleanup() { "${BUILDAH[@]}" rm "$ctr" >/dev/null 2>&1 || true; rm -rf "$work"; }
 trap cleanup EXIT
 mkdir -p "$work/features"
 chown 65532:65532 "$work/features"
-run() { "${BUILDAH[@]}" run --isolation chroot --user 65532:65532 -v "$work/features:/features" "$ctr" -- "$@"; }
+mkdir -p "$work/empty"
+# As under readOnlyRootFilesystem: the world-writable directories of the image are covered read-only, so
+# uid 65532 can write nowhere but the feature directory (the root filesystem is root-owned).
+ro=()
+for d in /tmp /var/tmp /run/lock; do ro+=(-v "$work/empty:$d:ro"); done
+run() {
+  "${BUILDAH[@]}" run --isolation chroot --user 65532:65532 "${ro[@]}" -v "$work/features:/features" \
+    "$ctr" -- "$@"
+}
+# Nothing else in the image may be writable by that user.
+writable=$("${BUILDAH[@]}" run --isolation chroot "$ctr" -- \
+  find / -xdev \( -perm -0002 -o -user 65532 \) ! -type l ! -path '/proc/*' ! -path '/dev/*' -print 2>/dev/null || true)
+[ "$(echo "$writable" | grep -vxE '/tmp|/var/tmp|/run/lock' | grep -c .)" = 0 ] \
+  || die "writable by everyone or uid 65532 in the image: $writable"
 
 # Every module the daemons load must be in the image (the build prunes unused parts of dependencies).
 run python3 -c 'import gfd.cli, gfd.daemon, gfd.backends.nvml, gfd.backends.tegra, nfd_lite.cli, nfd_lite.service, kubernetes.client, kubernetes.watch'
