@@ -137,9 +137,7 @@ class Handler(BaseHTTPRequestHandler):
             self._route(path, query, user, attrs, name, is_watch, body, content_type or "", gone)
         except ApiError as err:
             self._send_json(err.code, err.body(), err.headers)
-        except (
-            Exception
-        ) as exc:  # a bug in the fake: answer 500 with the cause rather than drop the connection
+        except Exception as exc:  # a bug in the fake: answer 500 with the cause
             self._send_json(500, status_body(500, f"fake API server error: {type(exc).__name__}: {exc}"))
 
     def _route(
@@ -169,7 +167,9 @@ class Handler(BaseHTTPRequestHandler):
         if attrs.subresource and kind.resource != "nodes":
             raise ApiError(404, "the server could not find the requested resource")
         ua = self.headers.get("User-Agent") or ""
-        if self.command == "GET" and is_watch and not name:
+        if self.command == "GET" and is_watch:
+            if name:  # a watch on one object's path (legacy form) watches it by name
+                query = query | {"fieldSelector": f"metadata.name={name}"}
             self._watch(kind, query, force_gone)
         elif self.command == "GET" and not name:
             self._send_json(200, resources.list_objects(self.api, kind, query))

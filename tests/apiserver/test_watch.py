@@ -134,3 +134,17 @@ def test_an_unknown_field_selector_is_400_before_any_stream(writer: Any) -> None
         for _ in watch.Watch().stream(writer.list_node, field_selector="spec.podCIDR=x", timeout_seconds=1):
             pass
     assert err.value.status == 400
+
+
+def test_the_legacy_single_object_watch_path_watches_that_node(nodes: FakeApiServer) -> None:
+    nodes.compact()
+    with nodes.api_client(nodes.admin_token()) as api_client:
+        auth = api_client.configuration.get_api_key_with_prefix("authorization")
+        response = api_client.call_api(
+            "GET",
+            f"{nodes.url}/api/v1/watch/nodes/gpu-2?timeoutSeconds=1",
+            header_params={"Authorization": auth},
+        )
+        response.read()
+    events = [json.loads(line) for line in response.data.splitlines()]
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "gpu-2")]
