@@ -113,3 +113,11 @@ def test_admission_policy_can_be_left_out(rendered: dict[tuple[str, str], str]) 
     assert by_kind(docs, "ValidatingAdmissionPolicy") == []
     assert by_kind(docs, "ValidatingAdmissionPolicyBinding") == []
     assert len(by_kind(docs, "ClusterRole")) == 1
+
+
+def test_chart_prefixes_are_the_writers_defaults() -> None:
+    from nfd_lite.policy import DEFAULT_ALLOW_PREFIXES
+    from tests.deploy.chart import CHART
+
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert tuple(values["nfdLite"]["allowPrefixes"]) == DEFAULT_ALLOW_PREFIXES
