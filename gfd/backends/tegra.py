@@ -315,6 +315,8 @@ class TegraBackend:
             backend="tegra",
             cuda_driver_version=found.cuda,
             devices=(device,),
+            # A Jetson has no DMI product name; the board model is the machine type.
+            machine=found.facts.model,
             jetson=found.facts,
             warnings=tuple(found.warnings),
         )

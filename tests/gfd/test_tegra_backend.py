@@ -285,3 +285,9 @@ def test_jetpack_table_holds_exact_releases_of_every_supported_line() -> None:
         "38.4.0": "7.1",
     }
     assert {key: table[key] for key in expected} == expected
+
+
+def test_board_model_is_the_machine_type_since_a_jetson_has_no_dmi_name() -> None:
+    inv = TegraBackend(FIXTURES / "orin-nano-r36").probe()
+    assert inv.jetson is not None and inv.jetson.model
+    assert inv.machine == inv.jetson.model
