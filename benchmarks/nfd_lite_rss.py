@@ -75,7 +75,7 @@ def seen(patch, **_):
     print("handled", file=sys.stderr)
 
 def stop_later(stop):
-    time.sleep(8)
+    time.sleep(15)
     stop.set_result(None)
 
 loop = asyncio.new_event_loop()
