@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gfd.doctor.hostfs import jetson_facts, read_hex
+from gfd.backends.tegra import is_jetson, read_jetson_facts
+from gfd.doctor.hostfs import read_hex
 from gfd.doctor.model import Context, Finding, PciGpu
 
 NVIDIA_VENDOR = 0x10DE
@@ -42,7 +43,7 @@ def check(ctx: Context) -> list[Finding]:
         kinds = ", ".join(f"{others.count(k)} {k}" for k in sorted(set(others)))
         extra = f"; other NVIDIA functions, not GPUs: {kinds}" if others else ""
         return [Finding("PASS", f"{len(gpus)} NVIDIA GPU(s) on the PCI bus: {shown}{more}{extra}")]
-    facts = jetson_facts(ctx.host_root)
+    facts = read_jetson_facts(ctx.host_root) if is_jetson(ctx.host_root) else None
     if facts is not None:
         ctx.jetson, ctx.jetson_facts = True, facts
         what = facts.model or "unknown board"

@@ -6,7 +6,6 @@ Read-only: two GETs (the Node, the RuntimeClass) with the official client.
 from __future__ import annotations
 
 import os
-import re
 import socket
 from pathlib import Path
 from typing import Any, Literal
@@ -147,27 +146,25 @@ def _api_error(err: Any, what: str, item: str | None = None) -> Finding:
     return Finding("FAIL", f"reading {what} failed: HTTP {status} {getattr(err, 'reason', '')}", item=item)
 
 
-def _sanitise(name: str) -> str:
-    return re.sub(r"\s+", "-", re.sub(r"[^A-Za-z0-9\-_. ]", "", name).strip())
-
-
 def expected_labels(ctx: Context, node_labels: dict[str, str]) -> dict[str, str]:
-    """What gfd would label now: the labelers over a fresh probe, or the key facts if they are missing."""
-    try:
-        from gfd.backends import select_backend
-        from gfd.labels import LabelOptions, build_labels
+    """What gfd would label now: the labelers over a fresh probe, or the key facts if the probe fails."""
+    from gfd.backends import select_backend
+    from gfd.backends.errors import BackendError
+    from gfd.labels import LabelOptions, build_labels
+    from gfd.labels.sanitize import product
 
+    try:
         backend = select_backend("auto", host_root=ctx.host_root, mock_profile=None, with_vgpu=False)
         strategy = node_labels.get("nvidia.com/mig.strategy")
         mig: MigStrategy = "single" if strategy == "single" else "mixed" if strategy == "mixed" else "none"
         opts = LabelOptions(mig_strategy=mig, sharing=None, timestamp=None, with_vgpu=False)
         labels: dict[str, str] = build_labels(backend.probe(), opts)
         return labels
-    except Exception:  # labelers not installed or probe failed: compare what this run saw
+    except BackendError:  # compare what this run's lower layers saw
         pass
     out = {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.count": str(ctx.gpu_count)}
     if ctx.nvml_gpu_names and len(set(ctx.nvml_gpu_names)) == 1:
-        out["nvidia.com/gpu.product"] = _sanitise(ctx.nvml_gpu_names[0])
+        out["nvidia.com/gpu.product"] = product(ctx.nvml_gpu_names[0])
     return out
 
 
