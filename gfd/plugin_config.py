@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
 
 from gfd.sharing import SHARED_RENAME_SUFFIX, ReplicatedResource, ReplicatedResources, SharingConfig
+from gfd.yamlfile import load_model
 
 __all__ = ["PluginConfig", "PluginConfigError", "PluginFlags", "SharingConfig", "load_plugin_config"]
 
@@ -102,23 +102,7 @@ class _Config(_Model):
 def load_plugin_config(path: str | Path) -> PluginConfig:
     """Read and check a device-plugin config file (YAML or JSON)."""
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise PluginConfigError(f"{path}: cannot read config file: {err.strerror or err}") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
-        raise PluginConfigError(f"{path}: not valid YAML: {' '.join(str(err).split())}") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise PluginConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
-    try:
-        model = _Config.model_validate(data)
-    except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
-        raise PluginConfigError(f"{path}: field {where}: {first['msg']}{more}") from None
+    model = load_model(path, _Config, PluginConfigError, "config file")
     if model.version != "v1":
         raise PluginConfigError(f"{path}: field version: unknown version {model.version!r}, expected 'v1'")
     return PluginConfig(path=path, flags=_flags(path, model.flags), sharing=_sharing(path, model.sharing))

@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gfd.inventory import Device, Inventory, JetsonFacts, MigDevice, VGpuInfo
+from gfd.yamlfile import load_model
 
 
 class ProfileError(ValueError):
@@ -131,19 +131,4 @@ def _device(index: int, d: DeviceProfile) -> Device:
 
 def load_profile(path: str | Path) -> MachineProfile:
     """Read and validate a profile file, or raise ProfileError with a one-line reason."""
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise ProfileError(f"{path}: cannot read profile: {err.strerror or err}") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
-        raise ProfileError(f"{path}: not valid YAML: {' '.join(str(err).split())}") from None
-    if data is None:
-        data = {}
-    try:
-        return MachineProfile.model_validate(data)
-    except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
-        raise ProfileError(f"{path}: field {where}: {first['msg']}{more}") from None
+    return load_model(Path(path), MachineProfile, ProfileError, "profile")
