@@ -175,7 +175,11 @@ def main(argv: list[str] | None = None) -> int:
             level=args.log_level.upper(), stream=sys.stderr, format="nfd-lite: %(levelname)s: %(message)s"
         )
         if args.dry_run:
-            print(json.dumps(dry_run(dirs, policy, args.overwrite), indent=2, sort_keys=True))
+            try:
+                print(json.dumps(dry_run(dirs, policy, args.overwrite), indent=2, sort_keys=True))
+                sys.stdout.flush()
+            except BrokenPipeError:  # `nfd-lite --dry-run | head`: the reader has all it wanted
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 0
         if not args.node_name:
             raise UsageError("--node-name (or env NODE_NAME) is required")

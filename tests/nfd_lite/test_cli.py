@@ -187,3 +187,20 @@ def test_a_taken_metrics_port_is_one_line_and_exit_2(
         assert main([*argv, "--metrics-address", address]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith(f"nfd-lite: error: --metrics-address {address}")
+
+
+def test_dry_run_into_a_pipe_closed_early_exits_quietly(tmp_path: Path) -> None:
+    features = tmp_path / "features.d"
+    features.mkdir()
+    (features / "gfd").write_text("".join(f"nvidia.com/l{i}={i}\n" for i in range(2000)))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nfd_lite", "--dry-run", "--features-dir", str(features)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().strip() == b"{"
+    proc.stdout.close()  # as `| head -1` does: the rest of the output has nowhere to go
+    assert proc.wait(timeout=30) == 0
+    assert b"Traceback" not in proc.stderr.read()
