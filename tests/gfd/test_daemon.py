@@ -216,28 +216,18 @@ def wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> None:
         time.sleep(0.01)
 
 
+def start_mock_daemon(profile: Path, out: Path, *args: str) -> subprocess.Popen[str]:
+    """The gfd daemon as its own process on a mock profile, stderr captured."""
+    command = [sys.executable, "-m", "gfd", "--backend", "mock", "--mock-profile", str(profile)]
+    return subprocess.Popen([*command, "--output-file", str(out), *args], stderr=subprocess.PIPE, text=True)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_ends_the_daemon_cleanly_and_leaves_the_file(
     signum: int, profile: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "gfd"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gfd",
-            "--backend",
-            "mock",
-            "--mock-profile",
-            str(profile),
-            "--output-file",
-            str(out),
-            "--sleep-interval",
-            "50ms",
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_mock_daemon(profile, out, "--sleep-interval", "50ms")
     try:
         wait_for(out.exists)
         written = out.read_text()
@@ -263,25 +253,7 @@ def test_sighup_rereads_the_config_file_and_relabels_at_once(profile: Path, tmp_
     # NVIDIA's config-manager sidecar switches the config file, then sends SIGHUP.
     out, config = tmp_path / "gfd", tmp_path / "config.yaml"
     config.write_text(sharing_config(2))
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gfd",
-            "--backend",
-            "mock",
-            "--mock-profile",
-            str(profile),
-            "--output-file",
-            str(out),
-            "--sleep-interval",
-            "1h",
-            "--config-file",
-            str(config),
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_mock_daemon(profile, out, "--sleep-interval", "1h", "--config-file", str(config))
     try:
         wait_for(lambda: out.exists() and "nvidia.com/gpu.replicas=2\n" in out.read_text())
         config.write_text("version: v1\nsharing: [")  # a broken file: keep going with what works
