@@ -24,6 +24,7 @@ BackendChoice = Literal["auto", "nvml", "tegra", "mock"]
 
 DEFAULT_OUTPUT_FILE = "/etc/kubernetes/node-feature-discovery/source.d/gfd"
 DEFAULT_MACHINE_TYPE_FILE = "/sys/class/dmi/id/product_name"
+DEFAULT_DRIVER_ROOT = "/driver-root"  # NVIDIA's default container path of the host's driver root
 DEFAULT_SLEEP_INTERVAL = timedelta(seconds=60)
 EXPIRY_INTERVALS = 3  # default expiry: this many sleep intervals ahead
 _TRUE = {"1", "t", "true", "y", "yes", "on"}
@@ -51,6 +52,9 @@ class Settings:
     with_vgpu: bool = False
     expiry: timedelta | None = None  # None: no expiry directive
     metrics_address: tuple[str, int] | None = None
+    use_node_feature_api: bool = False  # accepted; gfd always writes the feature file
+    driver_root: Path = Path(DEFAULT_DRIVER_ROOT)  # where the NVML backend looks for libnvidia-ml.so.1
+    unused: tuple[str, ...] = ()  # NVIDIA's Kubernetes-client flags and variables given, which gfd needs not
     sharing: SharingConfig | None = None  # the config file's sharing section, handed to the labelers
 
     @property
@@ -118,6 +122,16 @@ def _path(text: str) -> Path:
     return Path(text)
 
 
+def _number(kind: Callable[[str], Any], expected: str) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            return kind(text.strip())
+        except ValueError:
+            raise ValueError(f"expected {expected}, got {text!r}") from None
+
+    return parse
+
+
 @dataclass(frozen=True)
 class _Option:
     name: str  # Settings field
@@ -127,8 +141,10 @@ class _Option:
     help: str
     is_bool: bool = False
     metavar: str | None = None
+    unused: bool = False  # NVIDIA's, for its Kubernetes client: checked, then only named in the log
 
 
+_UNUSED_HELP = "accepted for compatibility, not needed: gfd has no Kubernetes identity"
 _EXPIRY_HELP = (
     f"how long written labels stay valid, or 'infinite' (default {EXPIRY_INTERVALS} sleep intervals; "
     "none in oneshot mode)"
@@ -165,6 +181,26 @@ OPTIONS: tuple[_Option, ...] = (
     _Option("expiry", ("--expiry",), ("GFD_EXPIRY",), parse_duration, _EXPIRY_HELP, metavar="DURATION"),
     _Option("metrics_address", ("--metrics-address",), ("GFD_METRICS_ADDRESS",), parse_address,
             "serve Prometheus metrics on HOST:PORT (default: off)", metavar="HOST:PORT"),
+    # NVIDIA's flags: the same names and variables, so its chart's args and env work unchanged.
+    _Option("use_node_feature_api", ("--use-node-feature-api",),
+            ("GFD_USE_NODE_FEATURE_API", "USE_NODE_FEATURE_API"), parse_bool,
+            "accepted for compatibility: gfd has no Kubernetes identity, labels always go through the "
+            "feature file and nfd-lite", is_bool=True),
+    _Option("device_discovery_strategy", ("--device-discovery-strategy",), ("DEVICE_DISCOVERY_STRATEGY",),
+            parse_choice(("auto", "nvml", "tegra", "vfio")), "NVIDIA's name for --backend (vfio is not "
+            "supported)", metavar="auto|nvml|tegra"),
+    _Option("driver_root", ("--driver-root-ctr-path", "--container-driver-root"),
+            ("DRIVER_ROOT_CTR_PATH", "CONTAINER_DRIVER_ROOT"), _path,
+            f"where the host's driver root is mounted; libnvidia-ml.so.1 is looked for below it first "
+            f"(default {DEFAULT_DRIVER_ROOT})", metavar="DIR"),
+    _Option("kubeconfig", ("--kubeconfig",), ("KUBECONFIG",), str, _UNUSED_HELP, metavar="FILE", unused=True),
+    _Option("kube_api_qps", ("--kube-api-qps",), ("KUBE_API_QPS",), _number(float, "a number"), _UNUSED_HELP,
+            metavar="QPS", unused=True),
+    _Option("kube_api_burst", ("--kube-api-burst",), ("KUBE_API_BURST",), _number(int, "an integer"),
+            _UNUSED_HELP, metavar="BURST", unused=True),
+    _Option("namespace", ("--namespace",), ("NAMESPACE",), str, _UNUSED_HELP, metavar="NAME", unused=True),
+    _Option("node_name", ("--node-name",), ("NODE_NAME",), str, _UNUSED_HELP, metavar="NAME", unused=True),
+    _Option("pod_name", ("--pod-name",), ("POD_NAME",), str, _UNUSED_HELP, metavar="NAME", unused=True),
 )
 # fmt: on
 
@@ -221,24 +257,57 @@ def load_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
             continue
         for env in opt.env:
             value = environ.get(env)
-            # An empty variable counts as unset, except that an empty output file means stdout (as NVIDIA).
-            if value is not None and (value.strip() or opt.name == "output_file"):
+            if value is None:
+                continue
+            # An empty variable counts as unset, except as NVIDIA's (urfave/cli) reads it: an empty
+            # boolean is false and an empty output file means standard output.
+            if not value.strip() and opt.is_bool:
+                value = "false"
+            if value.strip() or opt.name == "output_file":
                 raw[opt.name] = (f"${env}", value)
                 break
 
     values: dict[str, Any] = {}
+    unused: list[str] = []
     for opt in OPTIONS:
         if opt.name in raw:
-            where, text = raw[opt.name]
-            values[opt.name] = _convert(opt, where, text)
+            source, text = raw[opt.name]
+            value = _convert(opt, source, text)
+            if opt.unused:
+                unused.append(source)
+            else:
+                values[opt.name] = value
+    values["unused"] = tuple(unused)
+    where = {name: source for name, (source, _) in raw.items()}
 
     sharing = None
     config_file = values.get("config_file")
     if config_file is not None:
         file_values, sharing = _from_config_file(config_file)
         for name, value in file_values.items():
-            values.setdefault(name, value)
+            if name not in values:
+                values[name] = value
+                where[name] = f"{config_file}: field {_FILE_FIELDS.get(name, name)}"
+    if "device_discovery_strategy" in values:
+        values["backend"] = _backend_from_strategy(where, values)
     return _finish(values, sharing)
+
+
+def _backend_from_strategy(where: Mapping[str, str], values: dict[str, Any]) -> str:
+    """NVIDIA's --device-discovery-strategy names our backends; vfio has no counterpart here."""
+    strategy = values.pop("device_discovery_strategy")
+    source = where["device_discovery_strategy"]
+    if strategy == "vfio":
+        raise ConfigError(
+            f"{source}: vfio (GPUs bound to vfio-pci for virtual machines) is not supported by gfd, which "
+            "labels GPUs a driver on this node manages; use auto, nvml or tegra"
+        )
+    backend = values.get("backend", strategy)
+    if strategy == "auto":
+        return str(backend)  # no preference: an explicit --backend stands
+    if backend not in (strategy, "auto"):
+        raise ConfigError(f"{source} {strategy} contradicts {where['backend']} {backend}; give one of them")
+    return str(strategy)
 
 
 def _convert(opt: _Option, where: str, text: str) -> Any:
@@ -263,6 +332,24 @@ def _finish(values: dict[str, Any], sharing: SharingConfig | None) -> Settings:
     return Settings(**values, sharing=sharing)
 
 
+# Settings taken from a device-plugin config file as they are, and the file field each comes from.
+_FILE_FIELDS = {
+    "mig_strategy": "flags.migStrategy",
+    "fail_on_init_error": "flags.failOnInitError",
+    "use_node_feature_api": "flags.useNodeFeatureAPI",
+    "device_discovery_strategy": "flags.deviceDiscoveryStrategy",
+    "oneshot": "flags.gfd.oneshot",
+    "no_timestamp": "flags.gfd.noTimestamp",
+    "sleep_interval": "flags.gfd.sleepInterval",
+    "output_file": "flags.gfd.outputFile",
+    "machine_type_file": "flags.gfd.machineTypeFile",
+    "driver_root": "flags.plugin.containerDriverRoot",
+}
+
+
+_AS_WRITTEN = frozenset(_FILE_FIELDS) - {"sleep_interval", "output_file", "machine_type_file", "driver_root"}
+
+
 def _from_config_file(path: Path) -> tuple[dict[str, Any], SharingConfig | None]:
     """The flags a device-plugin config file sets (already checked by its parser), and its sharing section."""
     import math
@@ -275,8 +362,8 @@ def _from_config_file(path: Path) -> tuple[dict[str, Any], SharingConfig | None]
         raise ConfigError(str(err)) from None
     flags = config.flags
     found: dict[str, Any] = {}
-    for name in ("mig_strategy", "fail_on_init_error", "oneshot", "no_timestamp"):
-        value = getattr(flags, name)
+    for name in _FILE_FIELDS:
+        value = getattr(flags, name) if name in _AS_WRITTEN else None
         if value is not None:
             found[name] = value
     if flags.sleep_interval is not None:
@@ -286,4 +373,6 @@ def _from_config_file(path: Path) -> tuple[dict[str, Any], SharingConfig | None]
         found["output_file"] = parse_output(flags.output_file)
     if flags.machine_type_file:
         found["machine_type_file"] = Path(flags.machine_type_file)
+    if flags.container_driver_root:
+        found["driver_root"] = Path(flags.container_driver_root)
     return found, config.sharing

@@ -12,11 +12,21 @@ from __future__ import annotations
 import logging
 import math
 import re
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    field_validator,
+)
 
 from gfd.sharing import SHARED_RENAME_SUFFIX, ReplicatedResource, ReplicatedResources, SharingConfig
 from gfd.yamlfile import load_model
@@ -32,6 +42,31 @@ _GO_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 _UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_device_ref(text: str) -> bool:
+    """GPU index ``0``, MIG index ``0:1``, ``GPU-<uuid>``, ``MIG-<uuid>`` or ``MIG-GPU-<uuid>/<gi>/<ci>``."""
+    parts = text.split(":")
+    if all(p.isdigit() for p in parts) and len(parts) <= 2:
+        return True
+    if text.startswith("GPU-"):
+        return _is_uuid(text[4:])
+    if text.startswith("MIG-"):
+        rest = text[4:]
+        if _is_uuid(rest):
+            return True
+        gpu, _, indices = rest.partition("/")
+        gi, _, ci = indices.partition("/")
+        return gpu.startswith("GPU-") and _is_uuid(gpu[4:]) and gi.isdigit() and ci.isdigit()
+    return False
+
+
 class PluginConfigError(ValueError):
     """The config file could not be used; the message is one line with file and field path."""
 
@@ -42,6 +77,9 @@ class PluginFlags:
 
     mig_strategy: Literal["none", "single", "mixed"] | None = None
     fail_on_init_error: bool | None = None
+    use_node_feature_api: bool | None = None
+    device_discovery_strategy: Literal["auto", "nvml", "tegra", "vfio"] | None = None
+    container_driver_root: str | None = None
     oneshot: bool | None = None
     no_timestamp: bool | None = None
     sleep_interval: float | None = None  # seconds; math.inf for "infinite"
@@ -69,17 +107,42 @@ class _GfdFlags(_Model):
     machineTypeFile: str | None = None
 
 
+class _PluginFlags(_Model):
+    containerDriverRoot: str | None = None
+
+
 class _Flags(_Model):
     migStrategy: Literal["none", "single", "mixed"] | None = None
     failOnInitError: StrictBool | None = None
+    useNodeFeatureAPI: StrictBool | None = None
+    deviceDiscoveryStrategy: Literal["auto", "nvml", "tegra", "vfio"] | None = None
+    plugin: _PluginFlags | None = None
     gfd: _GfdFlags | None = None
 
 
 class _Resource(_Model):
     name: str
     rename: str | None = None
-    replicas: Annotated[StrictInt, Field(ge=1)]
-    devices: Literal["all"] | Annotated[StrictInt, Field(gt=0)] | list[StrictInt | str] = "all"
+    # NVIDIA refuses a file that replicates a resource fewer than 2 times.
+    replicas: Annotated[StrictInt, Field(ge=2)]
+    devices: StrictStr | StrictInt | list[StrictInt | StrictStr] = "all"
+
+    @field_validator("devices")
+    @classmethod
+    def _check_devices(cls, value: str | int | list[int | str]) -> str | int | list[int | str]:
+        """NVIDIA's forms: ``all``, a count above 0, or a list of GPU indices, MIG indices or UUIDs."""
+        if isinstance(value, str):
+            if value != "all":
+                raise ValueError(f"expected 'all', a count or a list of devices, got {value!r}")
+        elif isinstance(value, int):
+            if value <= 0:
+                raise ValueError(f"a count of devices must be more than 0, got {value}")
+        else:
+            for item in value:
+                bad = item < 0 if isinstance(item, int) else not _is_device_ref(item)
+                if bad:
+                    raise ValueError(f"{item!r} is no GPU index, MIG index (GPU:MIG), or GPU-/MIG- UUID")
+        return value
 
 
 class _Replicated(_Model):
@@ -94,7 +157,7 @@ class _Sharing(_Model):
 
 
 class _Config(_Model):
-    version: str = "v1"
+    version: str | None = "v1"  # empty or null means v1, as NVIDIA reads it
     flags: _Flags | None = None
     sharing: _Sharing | None = None
 
@@ -103,7 +166,7 @@ def load_plugin_config(path: str | Path) -> PluginConfig:
     """Read and check a device-plugin config file (YAML or JSON)."""
     path = Path(path)
     model = load_model(path, _Config, PluginConfigError, "config file")
-    if model.version != "v1":
+    if model.version not in (None, "", "v1"):
         raise PluginConfigError(f"{path}: field version: unknown version {model.version!r}, expected 'v1'")
     return PluginConfig(path=path, flags=_flags(path, model.flags), sharing=_sharing(path, model.sharing))
 
@@ -118,6 +181,9 @@ def _flags(path: Path, flags: _Flags | None) -> PluginFlags:
     return PluginFlags(
         mig_strategy=flags.migStrategy,
         fail_on_init_error=flags.failOnInitError,
+        use_node_feature_api=flags.useNodeFeatureAPI,
+        device_discovery_strategy=flags.deviceDiscoveryStrategy,
+        container_driver_root=flags.plugin.containerDriverRoot if flags.plugin else None,
         oneshot=gfd.oneshot,
         no_timestamp=gfd.noTimestamp,
         sleep_interval=interval,

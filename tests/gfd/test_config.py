@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -264,3 +265,97 @@ def test_a_bad_config_file_is_one_line_naming_the_file(tmp_path: Path) -> None:
 def test_a_missing_config_file_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"absent\.yaml"):
         load("--config-file", str(tmp_path / "absent.yaml"))
+
+
+# --- every flag and variable NVIDIA's GFD accepts is accepted, so its chart's args and env work ---
+
+
+@pytest.mark.parametrize(
+    ("argv", "env"),
+    [
+        (["--use-node-feature-api"], {}),
+        ([], {"GFD_USE_NODE_FEATURE_API": "true"}),
+        ([], {"USE_NODE_FEATURE_API": "true"}),
+        (["--device-discovery-strategy", "nvml"], {}),
+        ([], {"DEVICE_DISCOVERY_STRATEGY": "tegra"}),
+        (["--driver-root-ctr-path", "/driver-root"], {}),
+        (["--container-driver-root", "/run/nvidia/driver"], {}),
+        ([], {"DRIVER_ROOT_CTR_PATH": "/driver-root"}),
+        ([], {"CONTAINER_DRIVER_ROOT": "/driver-root"}),
+        (["--kubeconfig", "/etc/kube.conf", "--kube-api-qps", "5", "--kube-api-burst", "10"], {}),
+        ([], {"KUBECONFIG": "/etc/kube.conf", "KUBE_API_QPS": "2.5", "KUBE_API_BURST": "10"}),
+        (["--namespace", "gpu-operator", "--node-name", "node-1", "--pod-name", "gfd-x"], {}),
+        ([], {"NAMESPACE": "gpu-operator", "NODE_NAME": "node-1", "POD_NAME": "gfd-x"}),
+        (["-node-name=node-1", "-use-node-feature-api=false"], {}),
+    ],
+)
+def test_nvidias_flags_and_variables_are_accepted(argv: list[str], env: dict[str, str]) -> None:
+    load_settings(argv, env)
+
+
+def test_the_discovery_strategy_picks_the_backend() -> None:
+    assert load("--device-discovery-strategy", "tegra").backend == "tegra"
+    assert load(DEVICE_DISCOVERY_STRATEGY="nvml").backend == "nvml"
+    assert load(DEVICE_DISCOVERY_STRATEGY="auto").backend == "auto"
+    assert load("--backend", "nvml", DEVICE_DISCOVERY_STRATEGY="auto").backend == "nvml"
+    with pytest.raises(ConfigError, match="contradicts --backend nvml"):
+        load("--backend", "nvml", "--device-discovery-strategy", "tegra")
+
+
+def test_vfio_is_one_line_saying_why_not() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load(DEVICE_DISCOVERY_STRATEGY="vfio")
+    message = str(caught.value)
+    assert message.startswith("$DEVICE_DISCOVERY_STRATEGY: vfio")
+    assert "not supported" in message and "auto, nvml or tegra" in message and "\n" not in message
+
+
+def test_the_driver_root_defaults_to_nvidias_and_follows_either_name() -> None:
+    assert load().driver_root == Path("/driver-root")
+    assert load("--container-driver-root", "/run/nvidia/driver").driver_root == Path("/run/nvidia/driver")
+    assert load(DRIVER_ROOT_CTR_PATH="/a", CONTAINER_DRIVER_ROOT="/b").driver_root == Path("/a")
+
+
+def test_kubernetes_client_flags_are_only_listed_as_unused() -> None:
+    s = load("--node-name", "n1", "--kube-api-qps", "5", NAMESPACE="gpu", POD_NAME="p")
+    assert s.unused == ("--kube-api-qps", "$NAMESPACE", "--node-name", "$POD_NAME")
+    assert load().unused == ()
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "names"),
+    [
+        (["--kube-api-qps", "fast"], {}, "--kube-api-qps"),
+        ([], {"KUBE_API_BURST": "1.5"}, "$KUBE_API_BURST"),
+        (["--device-discovery-strategy", "cuda"], {}, "--device-discovery-strategy"),
+        ([], {"USE_NODE_FEATURE_API": "maybe"}, "$USE_NODE_FEATURE_API"),
+    ],
+)
+def test_nvidias_flags_are_checked_like_the_others(argv: list[str], env: dict[str, str], names: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(names)):
+        load_settings(argv, env)
+
+
+def test_an_empty_boolean_variable_is_false_as_in_nvidias() -> None:
+    assert load(GFD_FAIL_ON_INIT_ERROR="").fail_on_init_error is False
+    assert load(FAIL_ON_INIT_ERROR="").fail_on_init_error is False
+    assert load(GFD_USE_NODE_FEATURE_API="").use_node_feature_api is False
+
+
+def test_an_empty_boolean_variable_beats_the_config_file(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("version: v1\nflags:\n  gfd:\n    oneshot: true\n")
+    assert load("--config-file", str(path), GFD_ONESHOT="").oneshot is False
+
+
+def test_the_config_file_may_set_nvidias_other_flags(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "flags:\n  deviceDiscoveryStrategy: tegra\n  useNodeFeatureAPI: true\n"
+        "  plugin: {containerDriverRoot: /host-driver}\n"
+    )
+    s = load("--config-file", str(path))
+    assert (s.backend, s.use_node_feature_api, s.driver_root) == ("tegra", True, Path("/host-driver"))
+    path.write_text("flags:\n  deviceDiscoveryStrategy: vfio\n")
+    with pytest.raises(ConfigError, match=r"c\.yaml: field flags\.deviceDiscoveryStrategy: vfio"):
+        load("--config-file", str(path))

@@ -104,6 +104,32 @@ def test_shipped_sharing_examples_parse() -> None:
             "sharing: {mps: {resources: [{name: gpu, replicas: 0}]}}\n",
             "field sharing.mps.resources.0.replicas",
         ),
+        # NVIDIA refuses fewer than 2 replicas: one replica shares nothing.
+        (
+            "sharing: {timeSlicing: {resources: [{name: gpu, replicas: 1}]}}\n",
+            "field sharing.timeSlicing.resources.0.replicas",
+        ),
+        # devices: 'all', a count above 0, or a list of indices / UUIDs; anything else is refused.
+        (
+            "sharing: {timeSlicing: {resources: [{name: gpu, replicas: 2, devices: some}]}}\n",
+            "field sharing.timeSlicing.resources.0.devices",
+        ),
+        (
+            "sharing: {timeSlicing: {resources: [{name: gpu, replicas: 2, devices: 0}]}}\n",
+            "field sharing.timeSlicing.resources.0.devices",
+        ),
+        (
+            "sharing: {timeSlicing: {resources: [{name: gpu, replicas: 2, devices: [0, GPU-nope]}]}}\n",
+            "field sharing.timeSlicing.resources.0.devices",
+        ),
+        (
+            "sharing: {timeSlicing: {resources: [{name: gpu, replicas: 2, devices: [-1]}]}}\n",
+            "field sharing.timeSlicing.resources.0.devices",
+        ),
+        (
+            "sharing: {timeSlicing: {resources: [{name: gpu, replicas: 2, devices: true}]}}\n",
+            "field sharing.timeSlicing.resources.0.devices",
+        ),
         (
             "sharing: {timeSlicing: {resources: [{name: $bad$, replicas: 2}]}}\n",
             "sharing.timeSlicing.resources.0.name",
@@ -118,6 +144,38 @@ def test_shipped_sharing_examples_parse() -> None:
 )
 def test_errors_name_the_field(tmp_path: Path, text: str, where: str) -> None:
     assert where in error(tmp_path, text)
+
+
+@pytest.mark.parametrize(
+    "devices",
+    [
+        "all",
+        "3",
+        "[0, '1', '0:1', GPU-b1028956-cfa2-0990-bf4a-5da9abb51763]",
+        "[MIG-b1028956-cfa2-0990-bf4a-5da9abb51763, MIG-GPU-b1028956-cfa2-0990-bf4a-5da9abb51763/3/0]",
+    ],
+)
+def test_nvidias_device_forms_are_accepted(tmp_path: Path, devices: str) -> None:
+    text = f"sharing: {{timeSlicing: {{resources: [{{name: gpu, replicas: 2, devices: {devices}}}]}}}}\n"
+    cfg = load_plugin_config(write(tmp_path, text))
+    assert cfg.sharing is not None and cfg.sharing.strategy() == "time-slicing"
+
+
+@pytest.mark.parametrize("version", ['""', "null", "v1"])
+def test_an_empty_version_means_v1_as_in_nvidias(tmp_path: Path, version: str) -> None:
+    text = f"version: {version}\nflags: {{migStrategy: mixed}}\n"
+    assert load_plugin_config(write(tmp_path, text)).flags.mig_strategy == "mixed"
+
+
+def test_nvidias_top_level_flags_are_read(tmp_path: Path) -> None:
+    text = (
+        "flags:\n  useNodeFeatureAPI: true\n  deviceDiscoveryStrategy: tegra\n"
+        "  plugin: {containerDriverRoot: /host-driver}\n"
+    )
+    flags = load_plugin_config(write(tmp_path, text)).flags
+    assert flags.use_node_feature_api is True
+    assert flags.device_discovery_strategy == "tegra"
+    assert flags.container_driver_root == "/host-driver"
 
 
 def test_missing_file(tmp_path: Path) -> None:
