@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,6 +22,7 @@ HEADER = (
     f"# Written by gfd {__version__} (GPU feature discovery). Rewritten when the GPUs change; do not edit."
 )
 EXPIRY_DIRECTIVE = "# +expiry-time="
+FILE_MODE = 0o644  # readable by the label writer, whatever user it runs as
 
 
 def format_expiry(expiry: datetime) -> str:
@@ -67,9 +69,9 @@ def write_feature_file(path: str | Path | None, labels: Mapping[str, str], expir
 
     ``path`` None, empty or ``-`` means standard output (always counts as changed).
     The file is only touched when its content would differ, and then replaced
-    atomically: a temporary file starting with ``.`` in the same directory (NFD
-    skips dot files), fsync, rename over the target, fsync the directory so the
-    rename survives a crash.
+    atomically: a temporary file with a random name starting with ``.`` in the
+    same directory (NFD skips dot files), fsync, rename over the target, fsync
+    the directory so the rename survives a crash.
     """
     text = render(labels, expiry)
     if path is None or str(path) in ("", "-"):
@@ -84,9 +86,12 @@ def write_feature_file(path: str | Path | None, labels: Mapping[str, str], expir
         pass  # missing or unreadable: write it
     directory = target.parent
     directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / f".{target.name}.{os.getpid()}.tmp"
+    # A fresh random name made with O_EXCL|O_NOFOLLOW: whoever else can write this directory cannot
+    # make gfd write through a link or into a file planted under a name it could guess.
+    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    tmp = Path(name)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.fchmod(fd, FILE_MODE)
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             out.write(text)
             out.flush()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -119,3 +120,36 @@ def test_parse_reads_back_what_render_wrote_and_ignores_other_comments() -> None
 
 def test_reading_a_missing_file_gives_none(tmp_path: Path) -> None:
     assert read_feature_file(tmp_path / "absent") is None
+
+
+def test_the_file_is_world_readable_whatever_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0o077)
+    try:
+        write_feature_file(tmp_path / "gfd", LABELS, EXPIRY)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "gfd").stat().st_mode) == 0o644
+
+
+def test_the_temp_file_has_a_random_name_made_exclusively(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Names a neighbour could guess (the old ".gfd.<pid>.tmp") and plant as a link beforehand.
+    victim = tmp_path / "victim"
+    victim.write_text("keep me\n")
+    (tmp_path / f".gfd.{os.getpid()}.tmp").symlink_to(victim)
+    flags: list[int] = []
+    real_open = os.open
+
+    def spy(path: str, flag: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
+        flags.append(flag)
+        return real_open(path, flag, mode, dir_fd=dir_fd)
+
+    monkeypatch.setattr(os, "open", spy)
+    write_feature_file(tmp_path / "gfd", LABELS, EXPIRY)
+    write_feature_file(tmp_path / "gfd", {**LABELS, "nvidia.com/gpu.count": "3"}, EXPIRY)
+    assert victim.read_text() == "keep me\n"
+    creations = [f for f in flags if f & os.O_CREAT]
+    assert len(creations) == 2
+    assert all(f & os.O_EXCL and f & os.O_NOFOLLOW for f in creations)
+    assert sorted(os.listdir(tmp_path)) == [f".gfd.{os.getpid()}.tmp", "gfd", "victim"]
