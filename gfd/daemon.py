@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from gfd.backends import Backend, detect
+from gfd.backends import Backend, detect, no_gpu_on_the_bus
 from gfd.backends.errors import BackendError
 from gfd.config import Settings
 from gfd.inventory import Inventory
@@ -129,18 +129,26 @@ class Daemon:
     def probe(self) -> Inventory:
         inv: Inventory | None = None
         backend = self.backend
+        s = self.settings
         if backend is None:
-            s = self.settings
             backend, inv = self.detect_fn(
-                s.backend, host_root=s.host_root, mock_profile=s.mock_profile, with_vgpu=s.with_vgpu
+                s.backend,
+                host_root=s.host_root,
+                mock_profile=s.mock_profile,
+                with_vgpu=s.with_vgpu,
+                driver_root=s.driver_root,
             )
         try:
             if inv is None:
                 inv = backend.probe()
-        except BackendError:
+        except BackendError as err:
             self.backend = None  # detect again next pass: the stack may have changed under us
+            if backend.name == "nvml":
+                raise no_gpu_on_the_bus(s.host_root) or err from None
             raise
         self.backend = backend
+        if not inv.devices and inv.backend == "nvml":
+            log.warning("no NVIDIA GPU found: NVML loaded but reports no devices; writing no GPU labels")
         if inv.machine is None:
             machine = read_machine_type(self.settings.machine_type_file)
             if machine is not None:
@@ -280,7 +288,9 @@ class Daemon:
             s = self.settings
             if not result.ok and not self.succeeded and s.fail_on_init_error:
                 return 1
-            if s.oneshot and result.ok:
+            if s.oneshot:
+                # One pass, whatever it gave: with --fail-on-init-error=false a failure is not fatal
+                # (as NVIDIA's), but a one-off run never turns into a loop.
                 return 0
             wait = s.sleep_interval
             if wait is None and not result.ok:
@@ -288,7 +298,9 @@ class Daemon:
             self._sleep(wait.total_seconds() if wait is not None else None)
         why = f"{self._stop_signal} received" if self._stop_signal else "asked to stop"
         out = self.settings.output_file
-        log.info("%s: stopping%s", why, f"; {out} stays in place until its labels expire" if out else "")
+        # Name the file only when there is one holding labels: a daemon that never labelled leaves none.
+        kept = f"; {out} stays in place until its labels expire" if out and self.written is not None else ""
+        log.info("%s: stopping%s", why, kept)
         return 0
 
     def install_signal_handlers(self) -> None:

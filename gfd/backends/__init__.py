@@ -17,15 +17,30 @@ class Backend(Protocol):
     def probe(self) -> Inventory: ...
 
 
+# Where a driver root keeps libnvidia-ml.so.1, in the order NVIDIA's device plugin searches them.
+LIBRARY_DIRS = (
+    "usr/lib64",
+    "usr/lib/x86_64-linux-gnu",
+    "usr/lib/aarch64-linux-gnu",
+    "lib64",
+    "lib/x86_64-linux-gnu",
+    "lib/aarch64-linux-gnu",
+)
+NVML_LIBRARY = "libnvidia-ml.so.1"
+
+
 def select_backend(
     name: BackendChoice,
     *,
     host_root: Path = Path("/"),
     mock_profile: Path | None = None,
     with_vgpu: bool = False,
+    driver_root: Path | None = None,
 ) -> Backend:
     """The backend to probe with; ``auto`` detects (raising BackendError / NoGpuFound when nothing fits)."""
-    backend, _ = detect(name, host_root=host_root, mock_profile=mock_profile, with_vgpu=with_vgpu)
+    backend, _ = detect(
+        name, host_root=host_root, mock_profile=mock_profile, with_vgpu=with_vgpu, driver_root=driver_root
+    )
     return backend
 
 
@@ -35,13 +50,15 @@ def detect(
     host_root: Path = Path("/"),
     mock_profile: Path | None = None,
     with_vgpu: bool = False,
+    driver_root: Path | None = None,
 ) -> tuple[Backend, Inventory | None]:
     """Like ``select_backend``, also returning the inventory when detection already had to probe.
 
     ``auto``: on a Jetson the tegra files (Jetson's NVML reports incomplete facts
-    and may be absent); else NVML when it loads and sees at least one GPU; else
-    NoGpuFound. An NVML that fails to load is reported as it is (its message names
-    the broken layer), because "no GPU" would hide a driver or toolkit problem.
+    and may be absent); else NVML. NVML that loads but sees no GPU is a node
+    without GPUs (labelled as such, as NVIDIA's GFD does). NVML that fails to load
+    is reported as it is (its message names the broken layer), unless the PCI bus
+    shows no NVIDIA GPU at all: then that is what the user needs to hear.
     """
     if name == "mock":
         from gfd.backends.mock import MockBackend
@@ -52,23 +69,52 @@ def detect(
     if name == "tegra":
         return _tegra(host_root), None
     if name == "nvml":
-        return _nvml(with_vgpu, host_root), None
+        return _nvml(with_vgpu, host_root, driver_root), None
 
     from gfd.backends.tegra import is_jetson
 
     if is_jetson(host_root):
         return _tegra(host_root), None
-    nvml = _nvml(with_vgpu, host_root)
-    inventory = nvml.probe()
-    if not inventory.devices:
-        raise NoGpuFound("no NVIDIA GPU found on this node: NVML loaded but reports no devices")
-    return nvml, inventory
+    nvml = _nvml(with_vgpu, host_root, driver_root)
+    try:
+        return nvml, nvml.probe()
+    except BackendError as err:
+        raise no_gpu_on_the_bus(host_root) or err from None
 
 
-def _nvml(with_vgpu: bool, host_root: Path) -> Backend:
+def no_gpu_on_the_bus(host_root: Path) -> NoGpuFound | None:
+    """The doctor's hardware finding when the PCI bus can be read and holds no NVIDIA GPU, else None.
+
+    It explains any NVML failure on such a machine better than NVML's own reason.
+    """
+    from gfd.doctor.hardware import PCI_DIR, check  # only on a failure: the doctor's reader, not a copy
+    from gfd.doctor.model import Context
+
+    ctx = Context(host_root=host_root)
+    if not ctx.path(PCI_DIR).is_dir():
+        return None  # cannot tell (no sysfs here): NVML's reason stands
+    failed = [f for f in check(ctx) if f.status == "FAIL"]
+    if not failed:
+        return None
+    finding = failed[0]
+    return NoGpuFound(f"{finding.evidence}: {finding.fix}" if finding.fix else finding.evidence)
+
+
+def nvml_library(driver_root: Path | None) -> str | None:
+    """``libnvidia-ml.so.1`` below the driver root, resolved through its links; None: the loader's search."""
+    if driver_root is None or driver_root == Path("/"):
+        return None
+    for directory in LIBRARY_DIRS:
+        candidate = driver_root / directory / NVML_LIBRARY
+        if candidate.exists():
+            return str(candidate.resolve())
+    return None
+
+
+def _nvml(with_vgpu: bool, host_root: Path, driver_root: Path | None) -> Backend:
     from gfd.backends.nvml import NvmlBackend
 
-    return NvmlBackend(with_vgpu=with_vgpu, host_root=host_root)
+    return NvmlBackend(with_vgpu=with_vgpu, host_root=host_root, library=nvml_library(driver_root))
 
 
 def _tegra(host_root: Path) -> Backend:

@@ -33,13 +33,20 @@ class _Unsupported(Exception):
 class NvmlBackend:
     name = "nvml"
 
-    def __init__(self, with_vgpu: bool = False, host_root: Path = Path("/")) -> None:
+    def __init__(
+        self, with_vgpu: bool = False, host_root: Path = Path("/"), library: str | None = None
+    ) -> None:
         self.with_vgpu = with_vgpu
         self.host_root = Path(host_root)
+        self.library = library  # a path to libnvidia-ml.so.1 (below the driver root); None: the loader's
 
     def probe(self) -> Inventory:
         import pynvml  # lazy: the tegra and mock backends must not need it
 
+        if self.library is not None and pynvml.nvmlLib is None:
+            # The bindings load "libnvidia-ml.so.1" by name unless a library is already in place.
+            with contextlib.suppress(OSError):
+                pynvml.nvmlLib = pynvml.CDLL(self.library)
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as err:

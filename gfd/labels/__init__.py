@@ -36,6 +36,8 @@ class LabelOptions:
 
 def collect_labels(inv: Inventory, opts: LabelOptions) -> Labels:
     """Every labeler's output merged, before the Kubernetes check."""
+    if not inv.devices:
+        return _without_gpus(inv, opts)
     sharing = opts.sharing if opts.sharing is not None else SharingConfig()
     labels: Labels = {}
     labels |= machine.machine_labels(inv)
@@ -59,6 +61,18 @@ def collect_labels(inv: Inventory, opts: LabelOptions) -> Labels:
     labels |= extras.simulated_labels(inv)
     labels |= extras.per_model_labels(inv)
     labels |= extras.cuda_code_labels(inv)
+    labels |= jetson.jetson_labels(inv)
+    labels |= timestamp.timestamp_labels(opts.timestamp)
+    return labels
+
+
+def _without_gpus(inv: Inventory, opts: LabelOptions) -> Labels:
+    """A node without GPUs gets no device labels (no machine, no versions), as from NVIDIA's GFD; only
+    what does not depend on a GPU: vGPU detection and the timestamp when asked for, ours beside them."""
+    labels: Labels = {}
+    if opts.with_vgpu:
+        labels |= vgpu.vgpu_labels(inv)
+    labels |= extras.simulated_labels(inv)
     labels |= jetson.jetson_labels(inv)
     labels |= timestamp.timestamp_labels(opts.timestamp)
     return labels

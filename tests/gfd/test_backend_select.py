@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pynvml
 import pytest
 
-from gfd.backends import detect, select_backend
-from gfd.backends.errors import BackendError, NoGpuFound
+from gfd.backends import BackendChoice, detect, select_backend
+from gfd.backends.errors import BackendError
 from gfd.backends.mock import MockBackend
 from gfd.backends.nvml import NvmlBackend
 from gfd.backends.tegra import TegraBackend
+from gfd.config import load_settings
 from gfd.profile import MachineProfile, load_profile
 from tests.fakes.fake_nvml import install_fake_nvml
 
@@ -56,12 +58,84 @@ def test_auto_on_a_jetson_uses_the_tegra_files_even_when_nvml_answers(
     assert backend.probe().backend == "tegra"
 
 
-def test_auto_with_nvml_and_no_device_is_no_gpu_found(
+def test_auto_with_nvml_and_no_device_is_a_node_without_gpus(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    # As NVIDIA's GFD: NVML works, there is just nothing to label (and that is no failure).
     install_fake_nvml(monkeypatch, MachineProfile(driver_version="550.54.15", cuda_driver_version=12040))
-    with pytest.raises(NoGpuFound):
-        select_backend("auto", host_root=tmp_path)
+    backend, inventory = detect("auto", host_root=tmp_path)
+    assert isinstance(backend, NvmlBackend)
+    assert inventory is not None and inventory.devices == ()
+
+
+def pci_device(root: Path, address: str, vendor: int, pci_class: int) -> None:
+    device = root / "sys/bus/pci/devices" / address
+    device.mkdir(parents=True)
+    (device / "vendor").write_text(f"0x{vendor:04x}\n")
+    (device / "class").write_text(f"0x{pci_class:06x}\n")
+    (device / "device").write_text("0x1234\n")
+
+
+@pytest.mark.parametrize("name", ["auto", "nvml"])
+def test_no_nvidia_gpu_on_the_pci_bus_is_said_as_the_doctor_says_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, name: BackendChoice
+) -> None:
+    from gfd.daemon import Daemon
+
+    pci_device(tmp_path, "0000:00:02.0", 0x8086, 0x030000)  # an Intel VGA controller, nothing else
+    install_fake_nvml(monkeypatch, None, library_missing=True)
+    settings = load_settings(["--backend", name, "--host-root", str(tmp_path), "--oneshot", "-o", "-"], {})
+    result = Daemon(settings).run_pass()
+    assert result.layer == "hardware"
+    assert result.error == (
+        "hardware: no NVIDIA (vendor 0x10de) GPU under /sys/bus/pci/devices and no Jetson release file: "
+        "check that the GPU is seated and powered, or passed through to this VM (`lspci -nn | grep 10de`)"
+    )
+
+
+def test_with_an_nvidia_gpu_on_the_bus_nvmls_own_reason_stands(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    pci_device(tmp_path, "0000:3b:00.0", 0x10DE, 0x030200)
+    install_fake_nvml(monkeypatch, None, library_missing=True)
+    with pytest.raises(BackendError) as caught:
+        detect("auto", host_root=tmp_path)
+    assert caught.value.layer in ("nvml", "container-toolkit")
+    assert "libnvidia-ml.so.1" in str(caught.value)
+
+
+@pytest.mark.parametrize("libdir", ["usr/lib64", "usr/lib/x86_64-linux-gnu", "lib/aarch64-linux-gnu"])
+def test_nvml_is_loaded_from_below_the_driver_root(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, libdir: str
+) -> None:
+    driver_root = tmp_path / "driver-root"
+    real = driver_root / libdir / "libnvidia-ml.so.550.54.15"
+    real.parent.mkdir(parents=True)
+    real.write_bytes(b"")
+    (real.parent / "libnvidia-ml.so.1").symlink_to(real.name)
+    fake = install_fake_nvml(monkeypatch, load_profile(T4))
+    loaded: list[str] = []
+
+    def cdll(name: str, *args: object, **kwargs: object) -> object:
+        loaded.append(name)
+        return fake
+
+    monkeypatch.setattr(pynvml, "nvmlLib", None)
+    monkeypatch.setattr(pynvml, "CDLL", cdll)
+    _, inventory = detect("auto", host_root=tmp_path, driver_root=driver_root)
+    assert loaded == [str(real)]
+    assert inventory is not None and [d.name for d in inventory.devices] == ["Tesla T4"]
+
+
+def test_without_a_library_below_the_driver_root_the_loader_searches(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    fake = install_fake_nvml(monkeypatch, load_profile(T4))
+    loaded: list[str] = []
+    monkeypatch.setattr(pynvml, "nvmlLib", None)
+    monkeypatch.setattr(pynvml, "CDLL", lambda name, *a, **k: loaded.append(name) or fake)
+    detect("auto", host_root=tmp_path, driver_root=tmp_path / "driver-root")
+    assert loaded == ["libnvidia-ml.so.1"]
 
 
 def test_auto_without_the_nvml_library_says_which_layer_is_missing(

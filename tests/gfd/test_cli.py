@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from gfd import cli
+from tests.fakes.fake_nvml import install_fake_nvml
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = Path(__file__).parent / "profiles_cli"
@@ -120,14 +121,34 @@ def test_config_file_sharing_reaches_the_labels(tmp_path: Path) -> None:
     assert "nvidia.com/gpu.sharing-strategy=time-slicing\n" in run.stdout
 
 
-def test_no_nvml_library_is_one_line_naming_the_layer_and_exit_1() -> None:
-    run = gfd("--oneshot", "--backend", "nvml", "-o", "-")
+def test_no_nvml_library_is_one_line_naming_the_layer_and_exit_1(tmp_path: Path) -> None:
+    # A GPU on the PCI bus, so the missing library is what is wrong.
+    gpu = tmp_path / "sys/bus/pci/devices/0000:3b:00.0"
+    gpu.mkdir(parents=True)
+    (gpu / "vendor").write_text("0x10de\n")
+    (gpu / "class").write_text("0x030200\n")
+    run = gfd("--oneshot", "--backend", "nvml", "--host-root", str(tmp_path), "-o", "-")
     assert run.returncode == 1
     assert run.stdout == ""
     assert run.stderr.count("\n") == 1
     assert "Traceback" not in run.stderr
     assert "libnvidia-ml.so.1" in run.stderr
     assert any(f"error: {layer}:" in run.stderr for layer in ("nvml", "container-toolkit", "driver"))
+
+
+def test_a_machine_without_a_gpu_hears_what_the_doctor_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    other = tmp_path / "sys/bus/pci/devices/0000:00:02.0"
+    other.mkdir(parents=True)
+    (other / "vendor").write_text("0x8086\n")
+    (other / "class").write_text("0x030000\n")
+    install_fake_nvml(monkeypatch, None, library_missing=True)  # no driver either, as on such a machine
+    assert cli.main(["--oneshot", "--host-root", str(tmp_path), "-o", "-"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("gfd: error: hardware: no NVIDIA (vendor 0x10de) GPU under /sys/bus/pci/devices")
+    assert "runtimeClassName" not in err
+    assert err.count("\n") == 1
 
 
 def test_help_lists_the_environment_variables() -> None:

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 from gfd.backends import Backend, BackendChoice
-from gfd.backends import detect as real_detect
 from gfd.backends.errors import BackendError
 from gfd.config import Settings, load_settings
 from gfd.daemon import Daemon
@@ -304,21 +303,69 @@ def test_a_warning_that_repeats_every_pass_is_logged_once(profile: Path, tmp_pat
     assert seen.count("GPU 0: memory not reported") == 2  # once, and again after it went away and came back
 
 
-def test_oneshot_without_fatal_init_errors_retries_until_a_pass_works(profile: Path, tmp_path: Path) -> None:
+def test_oneshot_always_ends_even_when_init_errors_are_not_fatal(tmp_path: Path) -> None:
+    # NVIDIA's oneshot with --fail-on-init-error=false labels once and exits 0; it must not loop.
     out = tmp_path / "gfd"
-    missing = tmp_path / "later.yaml"  # the profile appears only after a few tries, like a late driver
-    tries: list[int] = []
+    tries: list[str] = []
 
     def detect(name: BackendChoice, **kwargs: Any) -> tuple[Backend, Inventory | None]:
-        tries.append(1)
-        if len(tries) == 3:
-            shutil.copy(profile, missing)
-        return real_detect(name, **kwargs)
+        tries.append(name)
+        raise BackendError("driver", "the NVIDIA kernel module is not loaded")
 
-    s = settings(missing, out, "--oneshot", "--fail-on-init-error=false", "--sleep-interval", "10ms")
+    s = settings(
+        tmp_path / "p.yaml", out, "--oneshot", "--fail-on-init-error=false", "--sleep-interval", "10ms"
+    )
     assert Daemon(s, detect_fn=detect).run() == 0
-    assert len(tries) == 3
-    assert "nvidia.com/gpu.product=Tesla-T4" in out.read_text()
+    assert tries == ["mock"]
+    assert not out.exists()  # a failed pass writes nothing
+    assert Daemon(settings(tmp_path / "p.yaml", out, "--oneshot"), detect_fn=detect).run() == 1
+
+
+def test_a_node_whose_nvml_sees_no_gpu_is_labelled_without_gpu_labels(tmp_path: Path) -> None:
+    # As NVIDIA's: no device, no device labels (no machine, no versions), and no failure.
+    out = tmp_path / "gfd"
+
+    class NoGpu:
+        name = "nvml"
+
+        def probe(self) -> Inventory:
+            return Inventory(backend="nvml", driver_version="550.54.15", cuda_driver_version=12040)
+
+    s = settings(tmp_path / "p.yaml", out, "--oneshot", "--timestamp")
+    assert Daemon(s, clock=Clock(), detect_fn=lambda *a, **k: (NoGpu(), None)).run() == 0
+    labels, _ = read_feature_file(out) or ({}, None)
+    assert labels == {"nvidia.com/gfd.timestamp": str(int(T0.timestamp()))}
+
+
+def test_the_stop_message_names_the_file_only_when_there_is_one(tmp_path: Path) -> None:
+    out = tmp_path / "gfd"
+    records: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record.getMessage())
+
+    def detect(name: BackendChoice, **kwargs: Any) -> tuple[Backend, Inventory | None]:
+        raise BackendError("driver", "the NVIDIA kernel module is not loaded")
+
+    logger = logging.getLogger("gfd")
+    handler, level = Collect(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        daemon = Daemon(
+            settings(tmp_path / "p.yaml", out, "--fail-on-init-error=false"), clock=Clock(), detect_fn=detect
+        )
+        thread = threading.Thread(target=daemon.run)
+        thread.start()
+        wait_for(lambda: daemon._last_error is not None)
+        daemon.stop()
+        thread.join(10)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert "asked to stop: stopping" in records
+    assert not any(str(out) in r for r in records if "stopping" in r)
 
 
 def test_an_infinite_interval_labels_once_then_waits_for_sighup(profile: Path, tmp_path: Path) -> None:
