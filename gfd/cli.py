@@ -6,21 +6,44 @@ here), 2 bad flags, environment, config file or profile.
 
 from __future__ import annotations
 
-import logging
-import os
+# Only what the interpreter has loaded already: until main() takes over SIGINT, a Ctrl-C would end an
+# import with a traceback, so this module imports nothing else at the top.
+import signal
 import sys
-from collections.abc import Sequence
-from datetime import timedelta
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
+
+if TYPE_CHECKING:
+    import logging
+    from collections.abc import Sequence
+    from datetime import timedelta
 
 
-class _Formatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        return f"gfd: {record.levelname.lower()}: {record.getMessage()}"
+def _interrupted(signum: int, _frame: object) -> None:
+    # Ctrl-C before the daemon takes over SIGINT (or in gfd doctor): end quietly, as a shell expects.
+    raise SystemExit(128 + signum)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _interrupted)
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:
+        return 128 + signal.SIGINT
 
 
 def _setup_logging(level: int) -> logging.Handler:
+    import logging
+
+    class OneLine(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            return f"gfd: {record.levelname.lower()}: {record.getMessage()}"
+
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_Formatter())
+    handler.setFormatter(OneLine())
     root = logging.getLogger("gfd")
     root.handlers[:] = [handler]
     root.setLevel(level)
@@ -34,12 +57,14 @@ def _go(delta: timedelta) -> str:
     return str(durationpy.to_str(delta))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
+def _main(args: list[str]) -> int:
     if args and args[0] == "doctor":
         from gfd.doctor.cli import main as doctor_main  # only a doctor run pays for its imports
 
         return doctor_main(args[1:])
+
+    import logging
+    import os
 
     from gfd.config import ConfigError, load_settings
 
@@ -52,6 +77,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if not settings.oneshot:
         handler = _setup_logging(logging.DEBUG if os.environ.get("GFD_DEBUG") else logging.INFO)
+    if settings.use_node_feature_api:
+        log.warning(
+            "--use-node-feature-api: gfd has no Kubernetes identity to publish NodeFeature objects with; "
+            "labels go through the feature file %s and nfd-lite",
+            settings.output_file or "(standard output)",
+        )
+    if settings.unused:
+        log.info(
+            "accepted for compatibility with NVIDIA's GFD, not needed here (gfd talks to no API server): %s",
+            ", ".join(settings.unused),
+        )
 
     if settings.mock_profile is not None:
         # A malformed profile is bad input, not a broken GPU stack: say so up front with exit 2.

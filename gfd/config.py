@@ -213,6 +213,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="gfd",
+        usage="gfd [options]\n       gfd doctor [doctor options]   (gfd doctor --help)",
         description="Find this node's NVIDIA GPUs and write them as node labels into an NFD feature file. "
         "'gfd doctor' explains what is missing when no labels appear.",
         argument_default=argparse.SUPPRESS,

@@ -28,6 +28,7 @@ from pydantic import (
     field_validator,
 )
 
+from gfd.profile import PROFILE_FIELDS
 from gfd.sharing import SHARED_RENAME_SUFFIX, ReplicatedResource, ReplicatedResources, SharingConfig
 from gfd.yamlfile import load_model
 
@@ -157,6 +158,9 @@ class _Sharing(_Model):
 
 
 class _Config(_Model):
+    # Other keys are kept (not refused: the device plugin reads more) to recognise a machine profile.
+    model_config = ConfigDict(extra="allow", frozen=True)
+
     version: str | None = "v1"  # empty or null means v1, as NVIDIA reads it
     flags: _Flags | None = None
     sharing: _Sharing | None = None
@@ -166,6 +170,11 @@ def load_plugin_config(path: str | Path) -> PluginConfig:
     """Read and check a device-plugin config file (YAML or JSON)."""
     path = Path(path)
     model = load_model(path, _Config, PluginConfigError, "config file")
+    if model.flags is None and model.sharing is None and set(model.model_extra or {}) & PROFILE_FIELDS:
+        raise PluginConfigError(
+            f"{path}: this is a machine profile (for --backend mock --mock-profile), expected NVIDIA's "
+            "device-plugin config file (version, flags, sharing)"
+        )
     if model.version not in (None, "", "v1"):
         raise PluginConfigError(f"{path}: field version: unknown version {model.version!r}, expected 'v1'")
     return PluginConfig(path=path, flags=_flags(path, model.flags), sharing=_sharing(path, model.sharing))

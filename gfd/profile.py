@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gfd.inventory import Device, Inventory, JetsonFacts, MigDevice, VGpuInfo
@@ -129,6 +130,32 @@ def _device(index: int, d: DeviceProfile) -> Device:
     )
 
 
+PROFILE_FIELDS = frozenset(MachineProfile.model_fields)
+_EXPECTED = "a machine profile (machine, driver_version, devices: [...]; schema in docs/gfd.md)"
+# Top-level keys of NVIDIA's device-plugin config file, the YAML most easily passed here by mistake.
+CONFIG_FILE_FIELDS = frozenset({"version", "flags", "resources", "sharing", "imex"})
+
+
 def load_profile(path: str | Path) -> MachineProfile:
     """Read and validate a profile file, or raise ProfileError with a one-line reason."""
-    return load_model(Path(path), MachineProfile, ProfileError, "profile")
+    path = Path(path)
+    try:
+        profile = load_model(path, MachineProfile, ProfileError, "profile")
+    except ProfileError:
+        if _top_level_keys(path) & CONFIG_FILE_FIELDS:
+            raise ProfileError(
+                f"{path}: this is a device-plugin config file (for --config-file), expected {_EXPECTED}"
+            ) from None
+        raise
+    if profile == MachineProfile():
+        raise ProfileError(f"{path}: the profile is empty, expected {_EXPECTED}")
+    return profile
+
+
+def _top_level_keys(path: Path) -> frozenset[str]:
+    """The keys of a YAML mapping file; empty when it is no readable mapping (the first error stands)."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return frozenset()
+    return frozenset(str(k) for k in data) if isinstance(data, dict) else frozenset()

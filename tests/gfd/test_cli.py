@@ -249,3 +249,129 @@ def test_an_unwritable_output_is_one_line_naming_the_output(tmp_path: Path) -> N
     assert run.returncode == 1
     assert run.stderr.startswith(f"gfd: error: output: cannot write {blocker / 'gfd'}")
     assert run.stderr.count("\n") == 1
+
+
+@pytest.fixture(scope="module")
+def interpreter_start() -> float:
+    """Seconds an interpreter of this venv takes to start (before any gfd code can run), doubled."""
+    times = []
+    for _ in range(3):
+        start = time.monotonic()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        times.append(time.monotonic() - start)
+    return 2 * max(times)
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.03, 0.1, 0.25, 0.5, 1.0])
+@pytest.mark.parametrize("mode", [["--sleep-interval", "20ms"], ["--oneshot"]])
+def test_ctrl_c_at_any_moment_ends_without_a_traceback(
+    tmp_path: Path, interpreter_start: float, delay: float, mode: list[str]
+) -> None:
+    # Moments from gfd's first line on (the interpreter's own start-up is not gfd's): while importing,
+    # reading the profile, labelling, writing, sleeping.
+    out = tmp_path / "gfd"
+    command = [sys.executable, "-m", "gfd", "--backend", "mock", "--mock-profile", str(T4), "-o", str(out)]
+    proc = subprocess.Popen([*command, *mode], stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        time.sleep(interpreter_start + delay)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    # 130 as a shell reports Ctrl-C; 0 when the daemon stopped after its pass or the oneshot was done.
+    assert proc.returncode in (0, 130), err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp file left
+    if "stays in place" in err:
+        assert out.exists()
+
+
+def test_usage_names_the_doctor() -> None:
+    run = gfd("--help")
+    assert run.returncode == 0
+    usage = run.stdout.split("\n\n")[0]
+    assert "gfd doctor" in usage
+
+
+def test_an_empty_profile_is_one_line_saying_what_was_expected(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# nothing yet\n")
+    run = gfd("--oneshot", "--backend", "mock", "--mock-profile", str(empty), "-o", "-")
+    assert run.returncode == 2
+    assert run.stderr == f"gfd: error: {empty}: the profile is empty, expected a machine profile " + (
+        "(machine, driver_version, devices: [...]; schema in docs/gfd.md)\n"
+    )
+
+
+def test_a_machine_profile_given_as_config_file_is_named_for_what_it_is() -> None:
+    run = gfd(
+        "--oneshot", "--backend", "mock", "--mock-profile", str(T4), "--config-file", str(T4), "-o", "-"
+    )
+    assert run.returncode == 2
+    assert run.stderr.startswith(f"gfd: error: {T4}: this is a machine profile (for --backend mock")
+    assert "expected NVIDIA's device-plugin config file" in run.stderr
+    assert run.stderr.count("\n") == 1
+
+
+def test_a_config_file_given_as_profile_is_named_for_what_it_is() -> None:
+    config = ROOT / "profiles" / "sharing" / "time-slicing.yaml"
+    run = gfd("--oneshot", "--backend", "mock", "--mock-profile", str(config), "-o", "-")
+    assert run.returncode == 2
+    assert "this is a device-plugin config file (for --config-file), expected a machine profile" in run.stderr
+
+
+def test_nvidias_chart_environment_runs_unchanged(tmp_path: Path) -> None:
+    # The variables NVIDIA's gpu-feature-discovery DaemonSet sets, on top of a mock node.
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "NODE_NAME": "gpu-node-1",
+        "NAMESPACE": "gpu-operator",
+        "POD_NAME": "gpu-feature-discovery-x7k2p",
+        "MIG_STRATEGY": "single",
+        "FAIL_ON_INIT_ERROR": "true",
+        "GFD_NO_TIMESTAMP": "true",
+        "GFD_SLEEP_INTERVAL": "60s",
+        "DEVICE_DISCOVERY_STRATEGY": "auto",
+        "USE_NODE_FEATURE_API": "true",
+        "GFD_BACKEND": "mock",
+        "GFD_MOCK_PROFILE": str(T4),
+    }
+    run = gfd("--oneshot", "-o", "-", "--driver-root-ctr-path=/driver-root", env=env)
+    assert run.returncode == 0, run.stderr
+    assert "nvidia.com/gpu.product=Tesla-T4\n" in run.stdout
+    assert "nvidia.com/mig.strategy=single\n" in run.stdout
+    (warning,) = run.stderr.splitlines()
+    assert warning.startswith("gfd: warning: --use-node-feature-api:")
+    assert "feature file" in warning and "nfd-lite" in warning
+
+
+def test_kubernetes_client_flags_are_said_once_in_the_daemons_log(tmp_path: Path) -> None:
+    out = tmp_path / "gfd"
+    command = [sys.executable, "-m", "gfd", "--backend", "mock", "--mock-profile", str(T4), "-o", str(out)]
+    extra = ["--kubeconfig", "/k", "--kube-api-qps", "5", "--kube-api-burst", "10", "--namespace", "n"]
+    proc = subprocess.Popen(
+        [*command, *extra, "--node-name", "a", "--pod-name", "b", "--sleep-interval", "20ms"],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not out.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.2)  # several passes
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    said = [line for line in err.splitlines() if "not needed here" in line]
+    assert len(said) == 1
+    for flag in (
+        "--kubeconfig",
+        "--kube-api-qps",
+        "--kube-api-burst",
+        "--namespace",
+        "--node-name",
+        "--pod-name",
+    ):
+        assert flag in said[0]
