@@ -23,10 +23,10 @@ def family(major: int, minor: int) -> str:
         return "volta" if minor < 5 else "turing"
     if major == 8:
         return "ampere" if minor < 9 else "ada-lovelace"
-    names = {1: "tesla", 2: "fermi", 3: "kepler", 5: "maxwell", 6: "pascal", 9: "hopper"}
+    names = {1: "tesla", 2: "fermi", 3: "kepler", 5: "maxwell", 6: "pascal", 9: "hopper", 13: "rubin"}
     if major in names:
         return names[major]
-    # NVIDIA stops at 10 and 12; 11.0 is Thor's number from CUDA 13 on, also Blackwell.
+    # NVIDIA has 10 and 12; 11.0 is Thor's number from CUDA 13 on, also Blackwell.
     if major in (10, 11, 12):
         return "blackwell"
     return "undefined"

@@ -53,8 +53,7 @@ def _invalid(model: str, reason: str) -> Labels:
         f"{FULL_GPU_RESOURCE}.count": "0",
         f"{FULL_GPU_RESOURCE}.replicas": "0",
         f"{FULL_GPU_RESOURCE}.memory": "0",
-        # Ours: NVIDIA leaves whatever the full-GPU labels said, which can claim sharing next to 0 replicas.
-        f"{FULL_GPU_RESOURCE}.sharing-strategy": "none",
+        f"{FULL_GPU_RESOURCE}.sharing-strategy": "",  # empty, as NVIDIA writes it here
     }
 
 

@@ -38,8 +38,9 @@ def labels(*devices: Device) -> dict[str, str]:
         ((10, 0), "blackwell"),
         ((11, 0), "blackwell"),  # Jetson Thor under CUDA 13; NVIDIA says "undefined"
         ((12, 0), "blackwell"),
+        ((13, 0), "rubin"),  # as NVIDIA's newest table has it
         ((4, 0), "undefined"),
-        ((13, 0), "undefined"),
+        ((14, 0), "undefined"),
     ],
 )
 def test_family_by_compute_capability(cc: tuple[int, int], expected: str) -> None:
@@ -102,5 +103,6 @@ def test_gpu_mode_from_pci_class(classes: tuple[int | None, ...], mode: str) -> 
     assert labels(*devices)["nvidia.com/gpu.mode"] == mode
 
 
-def test_no_devices_gives_machine_only() -> None:
-    assert labels() == {"nvidia.com/gpu.machine": "unknown"}
+def test_no_devices_gives_no_device_labels() -> None:
+    # NVIDIA's device labeler writes nothing for a node without GPUs, not even gpu.machine.
+    assert labels() == {}

@@ -81,6 +81,7 @@ def test_single_invalid_cases(devices: tuple[Device, ...], caplog: pytest.LogCap
     assert got["nvidia.com/gpu.count"] == "0"
     assert got["nvidia.com/gpu.replicas"] == "0"
     assert got["nvidia.com/gpu.memory"] == "0"
+    assert got["nvidia.com/gpu.sharing-strategy"] == ""  # empty, as NVIDIA writes it
     assert "MIG-INVALID" in caplog.text
 
 
