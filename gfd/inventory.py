@@ -45,6 +45,7 @@ class Device:
     mig_devices: tuple[MigDevice, ...] = ()
     clique: str | None = None  # "<clusterUUID>.<cliqueId>" from the GPU fabric, when reported
     vgpu: VGpuInfo | None = None  # set when the device is a vGPU guest device
+    vgpu_guest: bool | None = None  # NVML's virtualization mode says vGPU guest; None: not reported
 
 
 @dataclass(frozen=True)

@@ -134,6 +134,7 @@ class _Probe:
             mig_devices=migs,
             clique=self.clique(i, h),
             vgpu=self._vgpu(i, sysfs_dir) if self.backend.with_vgpu else None,
+            vgpu_guest=self._vgpu_guest(i, h),
         )
 
     # ---- MIG ----------------------------------------------------------------------------------
@@ -295,6 +296,15 @@ class _Probe:
         except OSError:
             self.warnings.append(f"GPU {i}: cannot read {sysfs_dir / 'class'}; gpu.mode unknown")
             return None
+
+    def _vgpu_guest(self, i: int, h: Any) -> bool | None:
+        # Unprivileged, unlike the PCI config space: enough to say whether this is a vGPU guest.
+        n = self.nvml
+        try:
+            mode = self._maybe("virtualization mode", i, n.nvmlDeviceGetVirtualizationMode, h)
+        except _Unsupported:
+            return None
+        return int(mode) == n.NVML_GPU_VIRTUALIZATION_MODE_VGPU
 
     def _vgpu(self, i: int, sysfs_dir: Path | None) -> Any:
         if sysfs_dir is None:

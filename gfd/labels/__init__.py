@@ -54,8 +54,7 @@ def collect_labels(inv: Inventory, opts: LabelOptions) -> Labels:
     elif opts.mig_strategy == "mixed":
         labels |= mig.mixed_labels(inv, sharing)
     labels |= device.mode_labels(inv)
-    if opts.with_vgpu:
-        labels |= vgpu.vgpu_labels(inv)
+    labels |= vgpu.vgpu_labels(inv, host_driver=opts.with_vgpu)
     labels |= clique.clique_labels(inv)
     labels |= extras.present_labels(inv)
     labels |= extras.simulated_labels(inv)
@@ -70,8 +69,7 @@ def _without_gpus(inv: Inventory, opts: LabelOptions) -> Labels:
     """A node without GPUs gets no device labels (no machine, no versions), as from NVIDIA's GFD; only
     what does not depend on a GPU: vGPU detection and the timestamp when asked for, ours beside them."""
     labels: Labels = {}
-    if opts.with_vgpu:
-        labels |= vgpu.vgpu_labels(inv)
+    labels |= vgpu.vgpu_labels(inv, host_driver=opts.with_vgpu)
     labels |= extras.simulated_labels(inv)
     labels |= jetson.jetson_labels(inv)
     labels |= timestamp.timestamp_labels(opts.timestamp)

@@ -1,4 +1,9 @@
-"""``nvidia.com/vgpu.*``: on a vGPU guest, the host's driver (opt-in: needs PCI config space)."""
+"""``nvidia.com/vgpu.*``: whether the node's GPUs are vGPU guests, and (opt-in) the host's driver.
+
+``vgpu.present`` comes from NVML's virtualization mode, which needs no privilege, so it is written on
+every node whose driver reports the mode, as NVIDIA's GFD writes it on every node. The host driver's
+version and branch need the PCI config space (``--with-vgpu``, a privileged container).
+"""
 
 from __future__ import annotations
 
@@ -6,15 +11,20 @@ from gfd.inventory import Inventory
 from gfd.labels.common import Labels
 
 
-def vgpu_labels(inv: Inventory) -> Labels:
-    infos = [d.vgpu for d in sorted(inv.devices, key=lambda d: d.index) if d.vgpu is not None]
-    if not infos:
-        return {}
-    labels: Labels = {"nvidia.com/vgpu.present": "true"}
-    # NVIDIA writes every device's values over the previous; all share one host, the last one wins there too.
-    info = infos[-1]
-    if info.host_driver_version is not None:
-        labels["nvidia.com/vgpu.host-driver-version"] = info.host_driver_version
-    if info.host_driver_branch is not None:
-        labels["nvidia.com/vgpu.host-driver-branch"] = info.host_driver_branch
-    return labels
+def vgpu_labels(inv: Inventory, host_driver: bool = False) -> Labels:
+    """``host_driver``: also the host's driver labels, from the PCI config space read by ``--with-vgpu``."""
+    devices = sorted(inv.devices, key=lambda d: d.index)
+    infos = [d.vgpu for d in devices if d.vgpu is not None] if host_driver else []
+    if infos:
+        labels: Labels = {"nvidia.com/vgpu.present": "true"}
+        # NVIDIA writes each device's values over the previous; all share one host, the last one wins.
+        info = infos[-1]
+        if info.host_driver_version is not None:
+            labels["nvidia.com/vgpu.host-driver-version"] = info.host_driver_version
+        if info.host_driver_branch is not None:
+            labels["nvidia.com/vgpu.host-driver-branch"] = info.host_driver_branch
+        return labels
+    guests = [d.vgpu_guest for d in inv.devices]
+    if not guests or None in guests:
+        return {}  # the mode is unknown for some GPU: saying "false" could be wrong
+    return {"nvidia.com/vgpu.present": str(any(guests)).lower()}
