@@ -1,9 +1,11 @@
 """Kubernetes label rules, shared by the label producer (gfd) and the label writer (nfd_lite).
 
-A label key is ``[prefix/]name``: the prefix a DNS subdomain of at most 253
-characters, the name at most 63 characters of ``[A-Za-z0-9_.-]`` beginning and
-ending with an alphanumeric. A value is empty or follows the same rules as a
-name. Each check returns ``None`` when valid, else a short reason.
+A label key is ``[prefix/]name``: the prefix a lowercase DNS subdomain of at most 253
+characters (Kubernetes limits the whole prefix, not each of its dot-separated parts), the name at
+most 63 characters of ``[A-Za-z0-9_.-]`` beginning and ending with an alphanumeric. A value is
+empty or follows the same rules as a name. Each check returns ``None`` when valid, else a short
+reason. Patterns must match the whole string (``fullmatch``): ``$`` would also match before a
+trailing newline, which the API server refuses.
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ import re
 MAX_NAME = 63
 MAX_PREFIX = 253
 _RULE = "alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric"
-_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
-_DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*")
 
 
 def name_problem(name: str) -> str | None:
@@ -22,7 +24,7 @@ def name_problem(name: str) -> str | None:
         return "name is empty"
     if len(name) > MAX_NAME:
         return f"name is {len(name)} characters, more than {MAX_NAME}"
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         return f"name must be {_RULE}"
     return None
 
@@ -32,7 +34,7 @@ def prefix_problem(prefix: str) -> str | None:
         return "prefix is empty"
     if len(prefix) > MAX_PREFIX:
         return f"prefix is {len(prefix)} characters, more than {MAX_PREFIX}"
-    if not all(_DNS_LABEL.match(part) and len(part) <= 63 for part in prefix.split(".")):
+    if not _DNS_SUBDOMAIN.fullmatch(prefix):
         return "prefix must be a lowercase DNS subdomain"
     return None
 
@@ -53,7 +55,7 @@ def value_problem(value: str) -> str | None:
         return None
     if len(value) > MAX_NAME:
         return f"invalid value: {len(value)} characters, more than {MAX_NAME}"
-    if not _NAME.match(value):
+    if not _NAME.fullmatch(value):
         return f"invalid value: must be {_RULE}"
     return None
 

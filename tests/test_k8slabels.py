@@ -1,8 +1,18 @@
 """The shared Kubernetes label rules, checked against the cases the API server itself refuses."""
 
+from collections.abc import Callable
+
 import pytest
 
 from k8slabels import key_problem, split_key, value_problem
+from tests.apiserver.label_cases import (
+    LABEL_KEYS,
+    LABEL_VALUES,
+    dry_run_patch,
+    label_key_patch,
+    label_value_patch,
+)
+from tests.kube.controlplane import ControlPlane
 
 
 @pytest.mark.parametrize(
@@ -24,6 +34,8 @@ def test_valid_keys(key: str) -> None:
         ("nvidia.com/-gpu", "starting and ending"),
         ("nvidia.com/gpu count", "alphanumerics"),
         ("nvidia.com/" + "g" * 64, "64 characters"),
+        ("nvidia.com/gpu.count\n", "starting and ending"),
+        ("nvidia.com\n/gpu", "lowercase DNS subdomain"),
         ("a" * 254 + "/gpu", "254 characters"),
     ],
 )
@@ -37,7 +49,7 @@ def test_valid_values(value: str) -> None:
     assert value_problem(value) is None
 
 
-@pytest.mark.parametrize("value", ["a" * 64, "-x", "x-", "NVIDIA A100", "1g.10gb+me", "ü"])
+@pytest.mark.parametrize("value", ["a" * 64, "-x", "x-", "NVIDIA A100", "1g.10gb+me", "ü", "true\n"])
 def test_invalid_values(value: str) -> None:
     assert value_problem(value) is not None
 
@@ -45,3 +57,18 @@ def test_invalid_values(value: str) -> None:
 def test_split_key() -> None:
     assert split_key("nvidia.com/gpu.count") == ("nvidia.com", "gpu.count")
     assert split_key("plain") == ("", "plain")
+
+
+def test_verdicts_equal_the_real_api_servers(kube: ControlPlane, new_node: Callable[..., str]) -> None:
+    """Every tricky key and value is refused here exactly when a real kube-apiserver refuses it (422)."""
+    node = new_node()
+    wrong = []
+    for what, text, ours, patch in [
+        *(("key", k, key_problem(k), label_key_patch(k)) for k in LABEL_KEYS),
+        *(("value", v, value_problem(v), label_value_patch(v)) for v in LABEL_VALUES),
+    ]:
+        answer = dry_run_patch(kube, node, patch)
+        assert answer.status in (200, 422), answer.message
+        if (ours is None) != (answer.status == 200):
+            wrong.append(f"{what} {text!r}: server {answer.status} {answer.message[:120]}, k8slabels {ours}")
+    assert not wrong, "\n".join(wrong)
