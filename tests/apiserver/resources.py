@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from k8slabels import key_problem, value_problem
 from tests.apiserver.admission import Request
 from tests.apiserver.auth import UserInfo
+from tests.apiserver.labelrules import metadata_errors
 from tests.apiserver.managed import apply, record_update
 from tests.apiserver.objects import clone
 from tests.apiserver.patches import json_patch, merge_patch, strategic_merge_patch
@@ -183,20 +183,13 @@ def _finish(
 
 
 def _validate(kind: Kind, obj: dict[str, Any]) -> None:
-    causes: list[tuple[str, str]] = []
     meta = obj["metadata"]
-    for key, value in (meta.get("labels") or {}).items():
-        if problem := key_problem(key):
-            causes.append(("metadata.labels", f'Invalid value: "{key}": {problem}'))
-        if not isinstance(value, str):
-            causes.append((f"metadata.labels[{key}]", "Invalid value: must be a string"))
-        elif problem := value_problem(value):
-            causes.append(("metadata.labels", f'Invalid value: "{value}": {problem}'))
-    for key, value in (meta.get("annotations") or {}).items():
-        if problem := key_problem(key):
-            causes.append(("metadata.annotations", f'Invalid value: "{key}": {problem}'))
-        if not isinstance(value, str):
-            causes.append((f"metadata.annotations[{key}]", "Invalid value: must be a string"))
+    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+    causes = metadata_errors(labels, annotations)
+    for field, values in (("labels", labels), ("annotations", annotations)):
+        for key, value in values.items():
+            if not isinstance(value, str):
+                causes.append((f"metadata.{field}[{key}]", "Invalid value: must be a string"))
     for index, taint in enumerate((obj.get("spec") or {}).get("taints") or []):
         if not isinstance(taint, dict) or not taint.get("key"):
             causes.append((f"spec.taints[{index}].key", "Required value"))

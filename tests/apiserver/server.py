@@ -1,4 +1,6 @@
-"""FakeApiServer: an in-process Kubernetes API server over real HTTP for tests.
+"""FakeApiServer: an in-process Kubernetes API server over real HTTP, for what a real server cannot be made
+to do on demand: injected 5xx answers, 429 with Retry-After, slow answers, connection resets and dropped
+watches. Everything else belongs against the real control plane (tests/kube).
 
     with FakeApiServer() as api:
         api.add_node("gpu-1")
@@ -6,7 +8,24 @@
         api.write_kubeconfig(tmp_path / "kubeconfig", token)
 
 Authorization evaluates the RBAC manifests in rbac/ (or `rbac_dir`), admission the
-ValidatingAdmissionPolicy found there. See docs/apiserver.md for the whole surface.
+ValidatingAdmissionPolicy found there. Label and annotation validation is written from Kubernetes' own
+definitions (tests/apiserver/labelrules.py, not the product's k8slabels) and pinned to a real
+kube-apiserver's answers by tests/apiserver/test_labelrules.py. See docs/apiserver.md for the whole surface.
+
+Real behaviour it does not model (a test that depends on one of these belongs in tests/kube):
+- resources other than Nodes (and read-only RuntimeClasses): no Pods, Namespaces, ServiceAccounts,
+  TokenRequest, RBAC or admission objects served; creating Nodes only through add_node();
+- tokens are opaque strings, not signed JWTs: no expiry, audience, issuer or bound-object checks;
+- validation of anything but label keys/values, annotation keys/size and taint key/effect; no
+  OpenAPI schema, unknown-field (`fieldValidation`) or immutable-field checks beyond the name;
+- admission plugins other than the ValidatingAdmissionPolicy in rbac/; policy params, namespace selectors,
+  audit annotations; mutating admission;
+- managedFields beyond labels and annotations; server-side apply creating a missing object (answers 404);
+- `limit`/`continue` paging, `resourceVersionMatch`, `sendInitialEvents` (watch lists), the watch cache's
+  timing, protobuf and CBOR, chunked request bodies;
+- API Priority and Fairness: a 429 only comes from an injected fault, never from load;
+- a non-string label or annotation value is refused with a shorter message than the real server's JSON
+  decoding error (422 for a patch, as there; the real server answers 400 to a PUT).
 """
 
 from __future__ import annotations

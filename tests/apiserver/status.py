@@ -83,9 +83,25 @@ def conflict(resource: str, name: str) -> ApiError:
     )
 
 
+# field.ErrorType: the words a cause's message starts with -> the cause's reason.
+_CAUSE_TYPES = {
+    "Invalid value": "FieldValueInvalid",
+    "Required value": "FieldValueRequired",
+    "Unsupported value": "FieldValueNotSupported",
+    "Too long": "FieldValueTooLong",
+    "Forbidden": "FieldValueForbidden",
+}
+
+
+def _cause_type(problem: str) -> str:
+    return next((t for words, t in _CAUSE_TYPES.items() if problem.startswith(words)), "FieldValueInvalid")
+
+
 def invalid(kind: str, name: str, causes: list[tuple[str, str]]) -> ApiError:
-    """422 as the real server words it: `Node "x" is invalid: field: problem`."""
-    text = ", ".join(f"{field}: {problem}" for field, problem in causes)
+    """422 as the real server words it: `Node "x" is invalid: field: problem`, or with several distinct
+    problems `Node "x" is invalid: [field: one, field: two]` (each cause is listed in the details)."""
+    distinct = list(dict.fromkeys(f"{field}: {problem}" for field, problem in causes))
+    text = distinct[0] if len(distinct) == 1 else "[" + ", ".join(distinct) + "]"
     return ApiError(
         422,
         f'{kind} "{name}" is invalid: {text}',
@@ -93,7 +109,7 @@ def invalid(kind: str, name: str, causes: list[tuple[str, str]]) -> ApiError:
             "name": name,
             "kind": kind,
             "causes": [
-                {"reason": "FieldValueInvalid", "message": problem, "field": field}
+                {"reason": _cause_type(problem), "message": problem, "field": field}
                 for field, problem in causes
             ],
         },
