@@ -52,10 +52,9 @@ def build_labels_for(inv: Inventory, settings: Settings, now: datetime) -> dict[
 def read_machine_type(path: Path) -> str | None:
     """The DMI product name, or None where the file is missing (VMs, Jetsons, containers without /sys)."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace").strip()
+        return path.read_text(encoding="utf-8", errors="replace").strip()
     except OSError:
         return None
-    return text or None
 
 
 class RepeatFilter(logging.Filter):

@@ -5,23 +5,20 @@ from __future__ import annotations
 from gfd.inventory import Inventory
 from gfd.labels import sanitize
 from gfd.labels.common import Labels
-from k8slabels import value_problem
 
 UNKNOWN = "unknown"
 
 
 def machine_value(machine: str | None) -> str:
-    """NVIDIA's rule (trim, every space becomes ``-``); where that is no valid value, sanitise and fit.
+    """NVIDIA's rule since v0.16: drop characters outside ``[A-Za-z0-9-_. ]``, join the words with ``-``.
 
-    NVIDIA writes such a value anyway and Kubernetes drops it, e.g. for
-    ``ProLiant DL380 Gen10 (P123)``; here it becomes ``ProLiant-DL380-Gen10-P123``.
+    ``"PowerEdge  R750 "`` -> ``PowerEdge-R750``; ``unknown`` when there is no machine-type file, empty
+    when it holds nothing usable (as NVIDIA writes both). Beyond NVIDIA, a result Kubernetes would
+    refuse (too long, ending in ``.``) is fitted instead of dropped: ``To-Be-Filled-By-O.E.M``.
     """
-    if machine is None or not machine.strip():
+    if machine is None:
         return UNKNOWN
-    nvidia_style = machine.strip().replace(" ", "-")
-    if value_problem(nvidia_style) is None:
-        return nvidia_style
-    return sanitize.value(machine) or UNKNOWN
+    return sanitize.value(machine)
 
 
 def machine_labels(inv: Inventory) -> Labels:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
+from gfd.daemon import read_machine_type
 from gfd.inventory import Device, Inventory, JetsonFacts, VGpuInfo
 from gfd.labels import LabelOptions, build_labels
 from gfd.labels.machine import machine_value
@@ -42,19 +44,24 @@ def test_per_model_count_for_an_overlong_model_name_stays_a_valid_key() -> None:
     [
         ("DGX A100", "DGX-A100"),
         ("  g4dn.xlarge\n", "g4dn.xlarge"),
-        ("To Be Filled By O.E.M.", "To-Be-Filled-By-O.E.M"),
+        ("PowerEdge  R750 ", "PowerEdge-R750"),  # NVIDIA's sanitising since v0.16: runs of spaces are one -
         ("ProLiant DL380 Gen10 (P123)", "ProLiant-DL380-Gen10-P123"),
-        (None, "unknown"),
-        ("", "unknown"),
-        ("()", "unknown"),
+        ("ThinkSystem SR675 V3 \u2122", "ThinkSystem-SR675-V3"),
+        ("To Be Filled By O.E.M.", "To-Be-Filled-By-O.E.M"),  # NVIDIA keeps the final ".": no valid label
+        (None, "unknown"),  # no machine-type file
+        ("", ""),  # an empty one: NVIDIA writes the empty value
+        ("()", ""),
     ],
 )
 def test_machine_value(raw: str | None, expected: str) -> None:
     assert machine_value(raw) == expected
 
 
-def test_machine_valid_as_nvidia_writes_it_is_kept_verbatim() -> None:
-    assert machine_value("A  B") == "A--B"  # NVIDIA turns every space into a dash
+def test_an_empty_machine_type_file_gives_an_empty_value(tmp_path: Path) -> None:
+    empty = tmp_path / "product_name"
+    empty.write_text("\n")
+    assert read_machine_type(empty) == ""
+    assert read_machine_type(tmp_path / "absent") is None
 
 
 def test_jetson_labels() -> None:
