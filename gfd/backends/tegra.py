@@ -20,6 +20,7 @@ from pathlib import Path
 
 from gfd.backends import tegra_files as tf
 from gfd.backends.errors import BackendError
+from gfd.backends.nvml_facts import kernel_module_version
 from gfd.inventory import Device, Inventory, JetsonFacts
 
 TEGRA_RELEASE = "etc/nv_tegra_release"
@@ -30,6 +31,8 @@ MEMINFO = "proc/meminfo"
 CUDA_DIR = "usr/local/cuda"
 NVPMODEL_CONF = "etc/nvpmodel.conf"
 NVPMODEL_STATUS = "var/lib/nvpmodel/status"
+# Only Thor's OpenRM driver (nvidia.ko, R38 on) writes it; Orin, Xavier and Nano's nvgpu driver has none.
+DRIVER_VERSION = "proc/driver/nvidia/version"
 
 # CUDA compute capability of each Jetson SoC's integrated GPU. Thor is sm_110 from CUDA 13 on.
 SOC_COMPUTE: dict[str, tuple[int, int]] = {
@@ -128,6 +131,7 @@ class _Findings:
     compute: tuple[int, int] | None
     memory_mib: int | None
     cuda: int | None
+    driver_version: str | None = None
     warnings: list[str] = field(default_factory=list)
 
 
@@ -278,9 +282,11 @@ def _collect(root: Path) -> _Findings:
             f"no CUDA version under {CUDA_DIR}* (version.json or version.txt): CUDA labels omitted"
         )
     power = _read_power_mode(root, warnings)
+    driver_text = tf.read_text(root, DRIVER_VERSION)
+    driver = kernel_module_version(driver_text) if driver_text else None
 
     facts = JetsonFacts(model=model, soc=soc, l4t_version=l4t, jetpack_version=jetpack, power_mode=power)
-    return _Findings(facts, product, compute, memory, cuda, warnings)
+    return _Findings(facts, product, compute, memory, cuda, driver, warnings)
 
 
 def read_jetson_facts(host_root: Path) -> JetsonFacts:
@@ -313,6 +319,7 @@ class TegraBackend:
         )
         return Inventory(
             backend="tegra",
+            driver_version=found.driver_version,
             cuda_driver_version=found.cuda,
             devices=(device,),
             # A Jetson has no DMI product name; the board model is the machine type.

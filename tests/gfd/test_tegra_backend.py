@@ -291,3 +291,32 @@ def test_board_model_is_the_machine_type_since_a_jetson_has_no_dmi_name() -> Non
     inv = TegraBackend(FIXTURES / "orin-nano-r36").probe()
     assert inv.jetson is not None and inv.jetson.model
     assert inv.machine == inv.jetson.model
+
+
+def test_thors_openrm_driver_version_gives_nvidias_driver_labels(tmp_path: Path) -> None:
+    from gfd.labels import LabelOptions, build_labels
+
+    root = copy_fixture("thor-r38", tmp_path)
+    write(
+        root,
+        "proc/driver/nvidia/version",
+        "NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  580.00  Release Build  "
+        "(buildbrain@builder)  Mon Aug  4 07:58:35 PDT 2025\nGCC version:  gcc version 13.3.0\n",
+    )
+    inv = TegraBackend(root).probe()
+    assert inv.driver_version == "580.00"
+    labels = build_labels(inv, LabelOptions())
+    assert labels["nvidia.com/cuda.driver.major"] == labels["nvidia.com/cuda.driver-version.major"] == "580"
+    assert labels["nvidia.com/cuda.driver.minor"] == "00"
+    assert labels["nvidia.com/cuda.driver.rev"] == labels["nvidia.com/cuda.driver-version.revision"] == ""
+    assert labels["nvidia.com/cuda.driver-version.full"] == "580.00"
+
+
+@pytest.mark.parametrize("fixture", ["nano-r32", "xavier-nx-r35", "orin-nano-r36"])
+def test_nvgpu_boards_have_no_driver_version_to_read(fixture: str) -> None:
+    # Their nvgpu driver writes no version file (docs/labels.md says so): no driver labels, no guess.
+    from gfd.labels import LabelOptions, build_labels
+
+    inv = TegraBackend(FIXTURES / fixture).probe()
+    assert inv.driver_version is None
+    assert not [k for k in build_labels(inv, LabelOptions()) if k.startswith("nvidia.com/cuda.driver")]
