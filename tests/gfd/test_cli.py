@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import socket
 import subprocess
@@ -41,17 +42,29 @@ def test_the_console_script_is_gfd_cli_main() -> None:
     assert script.value == "gfd.cli:main"
 
 
-def test_readme_command_prints_the_labels_of_the_bundled_dgx() -> None:
-    run = gfd(
-        "--oneshot", "--backend", "mock", "--mock-profile", "profiles/dgx-a100-mig.yaml", "--output-file", "-"
-    )
+def readme_gfd_command() -> list[str]:
+    """The gfd arguments of the README's first command, exactly as written there."""
+    readme = (ROOT / "README.md").read_text()
+    (line,) = [line for line in readme.splitlines() if line.startswith("python3 -m venv .venv && ")]
+    command = shlex.split(line.rsplit("&& ", 1)[1])
+    assert command[0] == ".venv/bin/gfd"
+    return command[1:]
+
+
+def test_readme_command_prints_the_mig_labels_of_the_bundled_dgx() -> None:
+    run = gfd(*readme_gfd_command())
     assert run.returncode == 0, run.stderr
+    assert run.stderr == ""
     lines = run.stdout.splitlines()
     assert lines[0].startswith("# ")
     labels = dict(line.split("=", 1) for line in lines if not line.startswith("#"))
     assert labels["nvidia.com/gpu.simulated"] == "true"
     assert labels["nvidia.com/gpu.present"] == "true"
     assert labels["nvidia.com/mig.capable"] == "true"
+    # "a DGX A100 with MIG": its GPUs are shown as the MIG devices they are split into
+    assert labels["nvidia.com/mig.strategy"] == "single"
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"
+    assert (labels["nvidia.com/gpu.count"], labels["nvidia.com/gpu.memory"]) == ("56", "4864")
     assert list(labels) == sorted(labels)
     assert "expiry-time" not in run.stdout  # a one-off run's labels do not expire
 
