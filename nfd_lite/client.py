@@ -7,15 +7,18 @@ back as dicts. Every request carries a timeout; no request ever names another no
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
+import ssl
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import urllib3
+import yaml
 from kubernetes.client.api_client import ApiClient
 from kubernetes.client.configuration import Configuration
 
@@ -79,33 +82,205 @@ class TokenFile:
             log.warning("%s", err)
 
 
+def _tls_problem(err: OSError, expected: str) -> str:
+    if isinstance(err, ssl.SSLError):  # e.g. reason NO_CERTIFICATE_OR_CRL_FOUND, KEY_VALUES_MISMATCH
+        reason = (err.reason or str(err)).lower().replace("_", " ")
+        return f"not {expected} ({reason})"
+    return err.strerror or str(err)
+
+
+def _check_tls(ca: tuple[str, str] | None, client: tuple[str, str, str] | None) -> None:
+    """Load the CA bundle and client certificate now, as the first HTTPS connection would, so that a bad
+    file is a start-up error naming it instead of a connection error retried for ever. ``ca`` is
+    (what, file); ``client`` is (what, certificate file, key file)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # without the system CAs: only the files are checked
+    if ca is not None:
+        what, path = ca
+        try:
+            context.load_verify_locations(cafile=path)
+        except OSError as err:
+            raise ConfigError(f"{what}: {_tls_problem(err, 'a PEM CA certificate')}") from None
+    if client is not None:
+        what, cert, key = client
+        try:
+            context.load_cert_chain(cert, key)
+        except OSError as err:
+            raise ConfigError(f"{what}: {_tls_problem(err, 'a matching PEM certificate and key')}") from None
+
+
+def _server_problem(url: object) -> str | None:
+    """Why ``url`` cannot address an API server, or None."""
+    if not isinstance(url, str) or not url:
+        return "no server URL"
+    try:
+        urlsplit(url)  # the client's Configuration parses it so too, and raises on odd brackets
+        parsed = urllib3.util.parse_url(url)
+    except (ValueError, urllib3.exceptions.LocationParseError):
+        return f"server {url!r} is not a URL"
+    if parsed.scheme not in ("https", "http") or not parsed.host:
+        return f"server {url!r} is not an https://host[:port] URL"
+    return None
+
+
 def in_cluster_configuration(
     sa_dir: Path = SERVICE_ACCOUNT_DIR, environ: Mapping[str, str] = os.environ
 ) -> tuple[Configuration, TokenFile]:
-    host, port = environ.get("KUBERNETES_SERVICE_HOST"), environ.get("KUBERNETES_SERVICE_PORT")
-    if not host or not port:
+    host, port = environ.get("KUBERNETES_SERVICE_HOST", ""), environ.get("KUBERNETES_SERVICE_PORT", "")
+    if not host and not port:
         raise ConfigError("not running in a cluster (KUBERNETES_SERVICE_HOST/PORT unset); pass --kubeconfig")
+    if not host or not port:
+        unset, kept = ("HOST", "PORT") if not host else ("PORT", "HOST")
+        raise ConfigError(
+            f"KUBERNETES_SERVICE_{unset} is unset or empty but KUBERNETES_SERVICE_{kept} is set"
+        )
+    if not port.isdecimal() or not 0 < int(port) < 65536:
+        raise ConfigError(f"KUBERNETES_SERVICE_PORT={port!r} is not a port number")
     if ":" in host:
         host = f"[{host}]"
+    url = f"https://{host}:{port}"
+    if _server_problem(url) or urllib3.util.parse_url(url).port != int(port):
+        raise ConfigError(f"KUBERNETES_SERVICE_HOST={environ['KUBERNETES_SERVICE_HOST']!r} is not a host")
     config = Configuration()
-    config.host = f"https://{host}:{port}"
-    config.ssl_ca_cert = str(sa_dir / "ca.crt")
+    config.host = url
+    ca = sa_dir / "ca.crt"
+    _check_tls((f"service account CA {ca}", str(ca)), None)
+    config.ssl_ca_cert = str(ca)
     token = TokenFile(sa_dir / "token")
-    config.api_key["BearerToken"] = token.read()
+    if not token.read():
+        raise ConfigError(f"service account token {token.path} is empty")
+    config.api_key["BearerToken"] = token.token
     config.api_key_prefix["BearerToken"] = "Bearer"
     config.refresh_api_key_hook = token.refresh  # type: ignore[assignment]
     return config, token
 
 
-def kubeconfig_configuration(path: Path) -> Configuration:
-    from kubernetes.config.config_exception import ConfigException
-    from kubernetes.config.kube_config import load_kube_config
+def _read_kubeconfig(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise ConfigError(f"cannot read it: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"not UTF-8 text (byte {err.start}: {err.reason})") from None
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise ConfigError(f"not valid YAML: {err.problem or err.context}{where}") from None
+    except yaml.reader.ReaderError as err:  # control characters
+        raise ConfigError(f"not valid YAML: {err.reason} (character {err.position})") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"not valid YAML: {' '.join(str(err).split())}") from None
+    if data is None:
+        raise ConfigError("the file is empty")
+    if not isinstance(data, dict):
+        raise ConfigError(f"expected a kubeconfig mapping at the top level, got {type(data).__name__}")
+    return data
 
+
+def _named(document: dict[str, Any], section: str, name: object) -> dict[str, Any] | None:
+    """The body of entry ``name`` of ``section`` (contexts, clusters, users), None when there is no such
+    entry; checked the way the client's loader indexes it, which it does without looking first."""
+    kind = section[:-1]
+    entries = document.get(section)
+    if entries is None and section == "users":
+        return None
+    if not isinstance(entries, list):
+        raise ConfigError(f"'{section}' is missing or not a list")
+    if not all(isinstance(entry, dict) and "name" in entry for entry in entries):
+        raise ConfigError(f"every entry of '{section}' needs a 'name'")
+    found = [entry for entry in entries if entry["name"] == name]
+    if not found:
+        return None
+    if len(found) > 1:
+        raise ConfigError(f"{kind} {name!r} is in '{section}' more than once")
+    body = found[0].get(kind)
+    if not isinstance(body, dict):
+        raise ConfigError(f"{kind} {name!r} has no '{kind}' mapping")
+    return body
+
+
+def _required(document: dict[str, Any], section: str, name: object, named_by: str) -> dict[str, Any]:
+    body = _named(document, section, name)
+    if body is None:
+        raise ConfigError(f"{section[:-1]} {name!r} named by {named_by} is not in '{section}'")
+    return body
+
+
+def _check_sources(body: dict[str, Any], owner: str, base: Path, *keys: str) -> None:
+    """Each credential is inline (``KEY-data``, base64) or a file (``KEY``, relative to the kubeconfig's
+    directory), the inline one winning, as the loader reads them; checked here so a mistake names its
+    field rather than surfacing as a bare decoding error or a missing temporary file."""
+    for key in keys:
+        if f"{key}-data" in body:
+            if body[f"{key}-data"] is None:
+                raise ConfigError(f"{owner}: {key}-data is empty")
+            try:
+                base64.standard_b64decode(body[f"{key}-data"])  # as leniently as the loader
+            except (TypeError, ValueError):
+                raise ConfigError(f"{owner}: {key}-data is not base64") from None
+        elif key in body:
+            if not isinstance(body[key], str):
+                raise ConfigError(f"{owner}: {key} is not a file name")
+            if not (base / body[key]).is_file():
+                raise ConfigError(f"{owner}: {key} {base / body[key]}: missing or not a file")
+
+
+def _check_kubeconfig(document: dict[str, Any], base: Path) -> tuple[str, dict[str, Any], str]:
+    """The current context's cluster name and cluster, and its user's name ("" when it names none)."""
+    current = document.get("current-context")
+    if not current or not isinstance(current, str):
+        raise ConfigError("no current-context")
+    context = _required(document, "contexts", current, "current-context")
+    cluster_name = context.get("cluster")
+    if not cluster_name or not isinstance(cluster_name, str):
+        raise ConfigError(f"context {current!r} names no cluster")
+    cluster = _required(document, "clusters", cluster_name, f"context {current!r}")
+    if problem := _server_problem(cluster.get("server")):
+        raise ConfigError(f"cluster {cluster_name!r}: {problem}")
+    _check_sources(cluster, f"cluster {cluster_name!r}", base, "certificate-authority")
+    user_name = context.get("user") or ""
+    # A user the file does not define means no credentials, for the loader as for kubectl.
+    if user_name and (user := _named(document, "users", user_name)) is not None:
+        _check_sources(user, f"user {user_name!r}", base, "client-certificate", "client-key")
+    return cluster_name, cluster, str(user_name)
+
+
+def kubeconfig_configuration(path: Path) -> Configuration:
+    """The client configuration of ``path``'s current context. Every mistake in the file is one
+    ConfigError line naming the file; the client's own loader would crash on most of them."""
+    from kubernetes.config.config_exception import ConfigException
+    from kubernetes.config.kube_config import KubeConfigLoader
+
+    where, base = f"--kubeconfig {path}", path.absolute().parent
+    try:
+        document = _read_kubeconfig(path)
+        cluster_name, cluster, user_name = _check_kubeconfig(document, base)
+    except ConfigError as err:
+        raise ConfigError(f"{where}: {err}") from None
     config = Configuration()
     try:
-        load_kube_config(config_file=str(path), client_configuration=config)
-    except (ConfigException, OSError, ValueError) as err:
-        raise ConfigError(f"--kubeconfig {path}: {err}") from err
+        # No config_persister: the loader must never rewrite the user's file (it would after a token refresh).
+        KubeConfigLoader(document, config_base_path=str(base)).load_and_set(config)
+    except ConfigException as err:
+        raise ConfigError(f"{where}: {str(err).removeprefix('Invalid kube-config file. ')}") from None
+    except OSError as err:  # e.g. a tokenFile or certificate file it could not read
+        raise ConfigError(
+            f"{where}: cannot read {err.filename or 'a file it names'}: {err.strerror or err}"
+        ) from None
+    except (ValueError, TypeError, KeyError, AttributeError) as err:
+        # What the checks above do not foresee (auth-provider and exec sections, token files): the loader
+        # reports it as whatever its indexing raised.
+        raise ConfigError(f"{where}: malformed kubeconfig ({type(err).__name__}: {err})") from None
+    if config.host.startswith("https:"):
+        ca_what = f"cluster {cluster_name!r}: certificate-authority"
+        if not cluster.get("certificate-authority-data"):
+            ca_what += f" {config.ssl_ca_cert}"
+        client = None
+        if config.cert_file and config.key_file:
+            client = (f"user {user_name!r}: client certificate/key", config.cert_file, config.key_file)
+        try:
+            _check_tls((ca_what, config.ssl_ca_cert) if config.ssl_ca_cert else None, client)
+        except ConfigError as err:
+            raise ConfigError(f"{where}: {err}") from None
     return config
 
 
