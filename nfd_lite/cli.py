@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from nfd_lite.features import FeatureState
 from nfd_lite.health import parse_address
-from nfd_lite.policy import DEFAULT_ALLOW_PREFIXES, Policy, prefix_problem
+from nfd_lite.parser import Limits
+from nfd_lite.policy import DEFAULT_ALLOW_PREFIXES, Policy, allow_key_problem, prefix_problem
 from nfd_lite.reconciler import NodeState, plan
 
 if TYPE_CHECKING:
@@ -46,6 +47,16 @@ def _positive(text: str) -> float:
     return value
 
 
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is less than 1")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="nfd-lite", description="Keep this node's labels equal to its NFD feature files.")
     p.add_argument("command", nargs="?", choices=["run", "prune"], default="run")
@@ -53,6 +64,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: in-cluster service account)")
     p.add_argument("--features-dir", action="append", type=Path, dest="dirs", help="repeatable")
     p.add_argument("--allow-prefix", action="append", dest="prefixes", help="repeatable label-key prefix")
+    p.add_argument(
+        "--allow-key",
+        action="append",
+        dest="allow_keys",
+        default=[],
+        metavar="PATTERN",
+        help="repeatable key pattern ('*' any characters) admitted besides gfd's label families",
+    )
+    p.add_argument("--max-labels", type=_count, default=Limits.max_labels, help="labels written at most")
+    p.add_argument("--max-files", type=_count, default=Limits.max_files, help="files read per directory")
+    p.add_argument(
+        "--max-dir-bytes", type=_count, default=Limits.max_bytes, help="bytes read per feature directory"
+    )
     p.add_argument("--overwrite", action="store_true", help="take over labels someone else already set")
     p.add_argument("--oneshot", action="store_true", help="sync once and exit")
     p.add_argument("--dry-run", action="store_true", help="print labels, rejections and patch; no API calls")
@@ -68,26 +92,44 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _policy(prefixes: list[str] | None) -> Policy:
+def _policy(prefixes: list[str] | None, allow_keys: list[str] | None = None) -> Policy:
     chosen = prefixes or list(DEFAULT_ALLOW_PREFIXES)
     for prefix in chosen:
         if problem := prefix_problem(prefix):
             raise UsageError(problem)
-    return Policy.from_prefixes(chosen)
+    for pattern in allow_keys or []:
+        if problem := allow_key_problem(pattern, chosen):
+            raise UsageError(problem)
+    return Policy.from_prefixes(chosen, allow_keys or [])
 
 
-def dry_run(dirs: list[Path], policy: Policy, overwrite: bool) -> dict[str, Any]:
-    """What the writer would do to a node that carries nothing yet; reads files only."""
+def _limits(args: argparse.Namespace) -> Limits:
+    return Limits(max_files=args.max_files, max_bytes=args.max_dir_bytes, max_labels=args.max_labels)
+
+
+def dry_run(
+    dirs: list[Path], policy: Policy, overwrite: bool, limits: Limits | None = None
+) -> dict[str, Any]:
+    """What the writer would do to a node that carries nothing yet; reads files only. Lines dropped
+    because their +expiry-time has passed are listed (and logged at info), since they explain a label
+    that is missing."""
     from nfd_lite.service import now_utc
 
-    state = FeatureState(dirs, policy)
+    state = FeatureState(dirs, policy, limits)
     now = now_utc()
     state.rescan(now)
     labels = state.labels(now)
+    for expired in state.expired:
+        log.info("%s:%d %s: expired (its +expiry-time has passed)", expired.file, expired.line, expired.key)
     result = plan(labels, NodeState({}, {}, ""), overwrite=overwrite, may_own=policy.may_own)
     if result.patch is not None:
         del result.patch["metadata"]["resourceVersion"]  # the real patch carries the one it read
-    return {"labels": labels, "rejected": [r.as_dict() for r in state.rejected], "patch": result.patch}
+    return {
+        "labels": labels,
+        "rejected": [r.as_dict() for r in state.rejected],
+        "expired": [e.as_dict() for e in state.expired],
+        "patch": result.patch,
+    }
 
 
 def _light_kubernetes_import() -> None:
@@ -131,7 +173,7 @@ def _run(args: argparse.Namespace, policy: Policy, dirs: list[Path]) -> int:
             node_name=args.node_name, directories=dirs, policy=policy, overwrite=args.overwrite,
             poll=args.poll, resync_interval=max(args.resync_interval, 1.0), debounce=args.debounce,
             startup_grace=args.startup_grace, watch_timeout=max(args.watch_timeout, 1),
-            metrics_address=args.metrics_address or None,
+            metrics_address=args.metrics_address or None, limits=_limits(args),
         )  # fmt: skip
         service = Service(settings, api)
         if args.oneshot:
@@ -164,7 +206,7 @@ def _run(args: argparse.Namespace, policy: Policy, dirs: list[Path]) -> int:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        policy = _policy(args.prefixes)
+        policy = _policy(args.prefixes, args.allow_keys)
         dirs = args.dirs or [Path(d) for d in DEFAULT_DIRS]
         if args.metrics_address:
             try:
@@ -176,7 +218,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         if args.dry_run:
             try:
-                print(json.dumps(dry_run(dirs, policy, args.overwrite), indent=2, sort_keys=True))
+                print(
+                    json.dumps(dry_run(dirs, policy, args.overwrite, _limits(args)), indent=2, sort_keys=True)
+                )
                 sys.stdout.flush()
             except BrokenPipeError:  # `nfd-lite --dry-run | head`: the reader has all it wanted
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -17,6 +17,12 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+        self.capped = Gauge(
+            "nfd_lite_capped",
+            "Files, files over the byte cap, or labels dropped by each cap at the last scan, by cap",
+            ["cap"],
+            registry=self.registry,
+        )
         self.conflicts = Counter(
             "nfd_lite_conflicts",
             "Desired labels already set by someone else and left alone",

@@ -45,8 +45,10 @@ class Plan:
 
 
 def owned_keys(annotations: Mapping[str, str], may_own: Callable[[str], bool] = lambda _k: True) -> set[str]:
-    """Keys listed in the ownership annotation. Keys the policy forbids are ignored, so an edited
-    annotation cannot make the writer delete labels outside its namespaces."""
+    """Keys listed in the ownership annotation that ``may_own`` accepts (``Policy.may_own``: everything but
+    reserved-namespace and control labels). A key under a prefix that is no longer allowed stays owned, so it
+    is removed rather than orphaned; a reserved or control label is never treated as owned, so an edited
+    annotation cannot make the writer delete it, and it drops out of the record on the next write."""
     raw = annotations.get(OWNED_ANNOTATION, "")
     return {key for key in (part.strip() for part in raw.split(",")) if key and may_own(key)}
 

@@ -31,6 +31,7 @@ from nfd_lite.client import ApiError, NodeApi, explain
 from nfd_lite.features import FeatureState
 from nfd_lite.health import HealthServer
 from nfd_lite.metrics import Metrics
+from nfd_lite.parser import Limits, printable
 from nfd_lite.policy import Policy
 from nfd_lite.reconciler import NodeState, Plan, owned_keys, plan, prune_patch
 from nfd_lite.watcher import Debouncer, DirWatcher
@@ -48,6 +49,7 @@ class Settings:
     node_name: str
     directories: list[Path]
     policy: Policy = field(default_factory=Policy)
+    limits: Limits = field(default_factory=Limits)
     overwrite: bool = False
     poll: bool = False
     resync_interval: float = 60.0
@@ -76,7 +78,7 @@ class Service:
         self.settings = settings
         self.api = api
         self.metrics = metrics or Metrics()
-        self.state = FeatureState(settings.directories, settings.policy)
+        self.state = FeatureState(settings.directories, settings.policy, settings.limits)
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self._debounce = Debouncer(settings.debounce, settings.debounce_cap)
@@ -86,6 +88,8 @@ class Service:
         self._started = time.monotonic()
         self._conflicts: set[tuple[str, str]] = set()
         self._rejections: set[tuple[str, int, str, str]] = set()
+        self._overrides: set[str] = set()
+        self._kept: set[tuple[str, str]] = set()
         self._auth_logged: dict[str, float] = {}
         self._watch_rv: str | None = None
         self.synced = False
@@ -183,23 +187,35 @@ class Service:
             if (conflict.key, conflict.theirs) not in self._conflicts:
                 self.metrics.conflicts.inc()
                 log.warning(
-                    "conflict: %s=%s is set by someone else (wanted %r); left alone (--overwrite takes it)",
-                    conflict.key,
-                    conflict.theirs,
-                    conflict.ours,
+                    "conflict: %s is already set by someone else; left alone (--overwrite takes it)",
+                    printable(conflict.key),
                 )
         self._conflicts = current
 
     def _rescan(self) -> None:
-        self.state.rescan(now_utc())
+        """Rescan, and report what changed since the last rescan: each rejection, override and kept file
+        is logged once when it appears, never again on later rescans that find it unchanged."""
+        state = self.state
+        state.rescan(now_utc())
         seen = set()
-        for r in self.state.rejected:
+        for r in state.rejected:
             ident = (r.file, r.line, r.key, r.reason)
             seen.add(ident)
             if ident not in self._rejections:
                 self.metrics.rejected.labels(r.reason).inc()
-                log.warning("rejected %s:%d %s: %s (%s)", r.file, r.line, r.key or "-", r.reason, r.detail)
+                where = f"{r.file}:{r.line}" if r.line else r.file
+                log.warning("rejected %s %s: %s (%s)", where, r.key or "-", r.reason, r.detail)
         self._rejections = seen
+        overrides = {o.message() for o in state.overrides}
+        for message in sorted(overrides - self._overrides):
+            log.warning("%s", message)
+        self._overrides = overrides
+        kept = {(k.file, k.reason) for k in state.kept}
+        for file, reason in sorted(kept - self._kept):
+            log.warning("%s: %s; keeping its last good content", file, reason)
+        self._kept = kept
+        for cap, count in state.capped.items():
+            self.metrics.capped.labels(cap).set(count)
 
     def _sync_once(self) -> None:
         if self._need_read or self._node is None:

@@ -95,13 +95,13 @@ def test_a_bad_file_is_rejected_whole_and_the_others_still_apply(tmp_path: Path)
     (tmp_path / "big").write_text("k=1\n" * 20000)
     (tmp_path / "latin1").write_bytes(b"k=caf\xe9\n")
     (tmp_path / "binary").write_bytes(b"k=1\n\0\0\0")
-    (tmp_path / "good").write_text("nvidia.com/ok=yes\n")
+    (tmp_path / "good").write_text("nvidia.com/gpu.ok=yes\n")
     if os.geteuid() != 0:  # root reads mode-000 files anyway
         unreadable = tmp_path / "secret"
         unreadable.write_text("k=1\n")
         unreadable.chmod(0)
     got, rejected = scan(tmp_path)
-    assert got == {"nvidia.com/ok": "yes"}
+    assert got == {"nvidia.com/gpu.ok": "yes"}
     reasons = {Path(r.file).name: r.reason for r in rejected}
     assert reasons["big"] == parser.TOO_LARGE
     assert reasons["latin1"] == parser.NOT_UTF8
@@ -117,7 +117,7 @@ def test_exactly_64_kib_is_accepted(tmp_path: Path) -> None:
     assert scan(tmp_path)[0] == {"feature.node.kubernetes.io/k": "1"}
 
 
-def test_symlinks_may_not_leave_the_directory(tmp_path: Path) -> None:
+def test_symlinks_are_refused_wherever_they_point(tmp_path: Path) -> None:
     watched, outside = tmp_path / "d", tmp_path / "elsewhere"
     watched.mkdir()
     outside.mkdir()
@@ -127,14 +127,22 @@ def test_symlinks_may_not_leave_the_directory(tmp_path: Path) -> None:
     (watched / "alias").symlink_to("real")
     got, rejected = scan(watched)
     assert got == {"feature.node.kubernetes.io/inside": "1"}
-    assert [(Path(r.file).name, r.reason) for r in rejected] == [("escape", parser.SYMLINK_OUTSIDE)]
+    assert [(Path(r.file).name, r.reason) for r in rejected] == [
+        ("alias", parser.SYMLINK),
+        ("escape", parser.SYMLINK),
+    ]
 
 
-def test_fifos_and_subdirectories_are_skipped_without_hanging(tmp_path: Path) -> None:
+def test_fifos_and_subdirectories_are_rejected_without_hanging(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "pipe")
     (tmp_path / "sub").mkdir()
     (tmp_path / "f").write_text("k=1\n")
-    assert scan(tmp_path) == ({"feature.node.kubernetes.io/k": "1"}, [])
+    got, rejected = scan(tmp_path)
+    assert got == {"feature.node.kubernetes.io/k": "1"}
+    assert [(Path(r.file).name, r.reason, r.detail) for r in rejected] == [
+        ("pipe", parser.NOT_A_FILE, "is a FIFO"),
+        ("sub", parser.NOT_A_FILE, "is a directory"),
+    ]
 
 
 def test_missing_directory_gives_nothing(tmp_path: Path) -> None:

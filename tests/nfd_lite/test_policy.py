@@ -46,5 +46,7 @@ def test_reserved_allow_prefixes_are_refused_up_front() -> None:
 
 def test_prefixes_are_normalised_to_namespaces() -> None:
     policy = Policy.from_prefixes(["example.com"])
-    assert policy.may_own("example.com/x")
-    assert not policy.may_own("example.community/x")
+    assert policy.problem("example.com/x") is not None  # under the prefix, but no key pattern admits it
+    policy = Policy.from_prefixes(["example.com"], ["example.com/*"])
+    assert policy.may_write("example.com/x")
+    assert not policy.may_write("example.community/x")

@@ -90,11 +90,33 @@ def test_overwrite_takes_the_conflicting_label() -> None:
     assert result.patch["metadata"]["annotations"] == {OWNED_ANNOTATION: "nvidia.com/a"}
 
 
-def test_an_edited_annotation_cannot_make_it_delete_foreign_labels() -> None:
-    current = node({"nvidia.com/a": "1"}, "nvidia.com/a,kubernetes.io/hostname,team.example.com/owner")
+def test_an_edited_annotation_cannot_make_it_delete_reserved_or_control_labels() -> None:
+    listed = "nvidia.com/a,kubernetes.io/hostname,nvidia.com/mig.config,nvidia.com/gpu.deploy.driver"
+    current = node({"nvidia.com/a": "1", "nvidia.com/mig.config": "all-1g.5gb"}, listed)
     result = plan({}, current, may_own=Policy().may_own)
     assert result.patch is not None
     assert result.patch["metadata"]["labels"] == {"nvidia.com/a": None}
+    assert result.patch["metadata"]["annotations"] == {OWNED_ANNOTATION: None}  # the record claims nothing
+
+
+def test_owned_labels_under_a_prefix_no_longer_allowed_are_removed_not_orphaned() -> None:
+    narrowed = Policy.from_prefixes(["nvidia.com/"])
+    current = node({"example.com/x": "1", "nvidia.com/gpu.count": "2"}, "example.com/x,nvidia.com/gpu.count")
+    result = plan({"nvidia.com/gpu.count": "2"}, current, may_own=narrowed.may_own)
+    assert result.patch is not None
+    assert result.patch["metadata"]["labels"] == {"example.com/x": None}
+    assert result.patch["metadata"]["annotations"] == {OWNED_ANNOTATION: "nvidia.com/gpu.count"}
+    pruned = prune_patch(current, narrowed.may_own)
+    assert pruned is not None
+    assert pruned["metadata"]["labels"] == {"example.com/x": None, "nvidia.com/gpu.count": None}
+
+
+def test_during_start_up_grace_owned_labels_stay_owned_but_control_labels_leave_the_record() -> None:
+    current = node({"nvidia.com/a": "1"}, "nvidia.com/a,nvidia.com/mig.config")
+    result = plan({}, current, allow_removal=False, may_own=Policy().may_own)
+    assert result.patch is not None
+    assert result.patch["metadata"]["labels"] == {}
+    assert result.patch["metadata"]["annotations"] == {OWNED_ANNOTATION: "nvidia.com/a"}
 
 
 def test_prune_removes_owned_labels_and_the_record_only() -> None:

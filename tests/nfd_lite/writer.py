@@ -11,6 +11,7 @@ from types import TracebackType
 from typing import Any
 
 from nfd_lite.client import NodeApi, kubeconfig_configuration
+from nfd_lite.policy import DEFAULT_ALLOW_PREFIXES, Policy
 from nfd_lite.reconciler import OWNED_ANNOTATION
 from nfd_lite.service import Service, Settings
 from tests.apiserver.server import FakeApiServer
@@ -66,7 +67,10 @@ class Writer:
         self.dir = directory or tmp_path / "features.d"
         if directory is None:
             self.dir.mkdir(exist_ok=True)
-        options: dict[str, Any] = {"max_backoff": 0.5, "slow_retry": 0.5, "startup_grace": 0.0} | settings
+        # These tests exercise the writer's mechanics with arbitrary nvidia.com/ keys, as --allow-key allows.
+        policy = Policy.from_prefixes(DEFAULT_ALLOW_PREFIXES, ["nvidia.com/*"])
+        defaults = {"max_backoff": 0.5, "slow_retry": 0.5, "startup_grace": 0.0, "policy": policy}
+        options: dict[str, Any] = defaults | settings
         self.service = Service(Settings(NODE, [self.dir], **options), api or node_api(apiserver, tmp_path))
         self.thread = threading.Thread(target=self.service.run, daemon=True)
 
