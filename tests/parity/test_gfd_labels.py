@@ -37,7 +37,8 @@ SHARING = {
     "none": None,
     "time-slicing": "timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n",
     "time-slicing-renamed": (
-        "timeSlicing:\n    renameByDefault: true\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n"
+        "timeSlicing:\n    renameByDefault: true\n"
+        "    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n"
     ),
     "mps": "mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n",
 }
@@ -91,8 +92,7 @@ def _cases() -> list[object]:
     cases = [(m, layout, s, "none") for m in machines for layout in LAYOUTS for s in STRATEGIES]
     # Sharing is per resource, not per model: one machine carries it through every layout and strategy.
     cases += [(machines[0], layout, s, share) for layout in LAYOUTS for s in STRATEGIES for share in SHARING]
-    ordered = sorted(set(cases), key=lambda c: (c[0], list(LAYOUTS).index(c[1]), c[2], list(SHARING).index(c[3])))
-    return [pytest.param(*c, id="/".join(c)) for c in ordered]
+    return [pytest.param(*c, id="/".join(c)) for c in dict.fromkeys(cases)]
 
 
 @pytest.mark.parametrize(("machine", "layout", "strategy", "sharing"), _cases())
