@@ -103,9 +103,9 @@ def test_labels_equal_nvidias(tmp_path: Path, machine: str, layout: str, strateg
     machine_file = tmp_path / "product_name"
     machine_file.write_text(MACHINE_TYPE + "\n")
     flags = [f"--mig-strategy={strategy}", f"--machine-type-file={machine_file}"]
-    if SHARING[sharing] is not None:
+    if (share := SHARING[sharing]) is not None:
         config = tmp_path / "config.yaml"
-        config.write_text("version: v1\nsharing:\n  " + SHARING[sharing])
+        config.write_text("version: v1\nsharing:\n  " + share)
         flags.append(f"--config-file={config}")
 
     theirs, ours = _theirs(env, flags, tmp_path), _ours(env, flags)
