@@ -1,0 +1,211 @@
+"""The real helm (3 and 4) against the real control plane: install and uninstall the chart, and what a
+cluster must hold for it (the API server's endpoints, the Prometheus Operator's ServiceMonitor kind)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.deploy.chart import CHART, REPO, Tools, documents, run_helm
+from tests.kube.controlplane import ControlPlane
+
+TOOLS = Tools(bin=REPO / ".cache" / "tools" / "bin")
+RELEASE_SECRET_TYPE = "helm.sh/release.v1"
+
+
+def helm(
+    which: str, kube: ControlPlane, tmp: Path, *args: str, values: dict[str, Any] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``helm ARGS --kubeconfig ADMIN`` with HOME and helm's directories inside ``tmp``."""
+    return run_helm(TOOLS, which, *args, "--kubeconfig", str(kube.admin_kubeconfig), values=values, tmp=tmp)
+
+
+def install(
+    which: str, kube: ControlPlane, tmp: Path, release: str, namespace: str, values: dict[str, Any]
+) -> subprocess.CompletedProcess[str]:
+    """``helm install RELEASE charts/gpu-labeller -n NAMESPACE -o json``; the release (with its manifest)
+    is the JSON on stdout."""
+    return helm(
+        which, kube, tmp, "install", release, str(CHART), "-n", namespace, "-o", "json", values=values
+    )
+
+
+def manifest_objects(release_json: str) -> list[dict[str, Any]]:
+    """The objects helm created for the release (its manifest; test hooks are not created on install)."""
+    return documents(json.loads(release_json)["manifest"])
+
+
+def ref(obj: dict[str, Any]) -> str:
+    """``kind.group/name``, how kubectl names one object of any API group."""
+    group = obj["apiVersion"].rpartition("/")[0]
+    kind = obj["kind"].lower()
+    return f"{kind}.{group}/{obj['metadata']['name']}" if group else f"{kind}/{obj['metadata']['name']}"
+
+
+def get_objects(kube: ControlPlane, namespace: str, refs: list[str]) -> dict[str, dict[str, Any]]:
+    """The stored objects, by ``ref``; any that is missing fails the call (kubectl says NotFound)."""
+    result = kube.kubectl("get", "-n", namespace, *refs, "-o", "json", check=False)
+    assert result.returncode == 0, f"kubectl get {' '.join(refs)}:\n{result.stderr}"
+    body = json.loads(result.stdout)
+    items = body["items"] if body.get("kind") == "List" else [body]
+    return {ref(item): item for item in items}
+
+
+def remaining(kube: ControlPlane, namespace: str, refs: list[str]) -> list[str]:
+    result = kube.kubectl("get", "-n", namespace, *refs, "--ignore-not-found", "-o", "name")
+    return result.stdout.split()
+
+
+def release_secrets(kube: ControlPlane, namespace: str) -> list[str]:
+    """helm's record of its releases in ``namespace`` (one Secret per revision)."""
+    result = kube.kubectl(
+        "get", "secrets", "-n", namespace, f"--field-selector=type={RELEASE_SECRET_TYPE}", "-o", "name"
+    )
+    return result.stdout.split()
+
+
+def create_namespace(kube: ControlPlane, name: str, enforce: str, warn: str = "restricted") -> None:
+    """A namespace as docs/deploy.md prepares it, enforcing the Pod Security level ``enforce``; the API
+    server warns whenever a workload's pods would break ``warn``."""
+    labels = {"pod-security.kubernetes.io/enforce": enforce, "pod-security.kubernetes.io/warn": warn}
+    kube.must(
+        "POST",
+        "/api/v1/namespaces",
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}},
+    )
+
+
+def publish_api_server_endpoints(kube: ControlPlane, address: str, port: int) -> None:
+    """The `kubernetes` Service's endpoints in `default`, as a cluster's endpoint reconciler keeps them.
+    The test control plane runs without one (it would publish a loopback address, which validation
+    refuses), so the address here is a documentation address the chart's look-up will find."""
+    endpoint_port = {"name": "https", "port": port, "protocol": "TCP"}
+    kube.must(
+        "POST",
+        "/api/v1/namespaces/default/endpoints",
+        {
+            "apiVersion": "v1",
+            "kind": "Endpoints",
+            "metadata": {"name": "kubernetes"},
+            "subsets": [{"addresses": [{"ip": address}], "ports": [endpoint_port]}],
+        },
+    )
+    kube.must(
+        "POST",
+        "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices",
+        {
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {"name": "kubernetes", "labels": {"kubernetes.io/service-name": "kubernetes"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
+            "ports": [endpoint_port],
+        },
+    )
+
+
+def _duration_schema() -> dict[str, Any]:
+    # The Prometheus Operator's Duration: Go-style units, e.g. 30s, 1m30s.
+    pattern = "^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"
+    return {"type": "string", "pattern": pattern}
+
+
+def install_service_monitor_crd(kube: ControlPlane, timeout: float = 30.0) -> None:
+    """The ServiceMonitor kind (monitoring.coreos.com/v1) with the fields the chart sets, typed as the
+    Prometheus Operator types them; unknown fields are refused (helm 4 applies with strict field
+    validation) or pruned (checked by the caller comparing the stored object)."""
+    selector = {
+        "type": "object",
+        "properties": {
+            "matchLabels": {"type": "object", "additionalProperties": {"type": "string"}},
+            "matchExpressions": {"type": "array", "items": {"type": "object"}},
+        },
+    }
+    endpoint = {
+        "type": "object",
+        "properties": {
+            "port": {"type": "string"},
+            "path": {"type": "string"},
+            "interval": _duration_schema(),
+            "scrapeTimeout": _duration_schema(),
+            "scheme": {"type": "string"},
+        },
+    }
+    spec = {
+        "type": "object",
+        "required": ["selector", "endpoints"],
+        "properties": {
+            "selector": selector,
+            "namespaceSelector": {
+                "type": "object",
+                "properties": {
+                    "any": {"type": "boolean"},
+                    "matchNames": {"type": "array", "items": {"type": "string"}},
+                },
+            },
+            "endpoints": {"type": "array", "items": endpoint},
+            "jobLabel": {"type": "string"},
+        },
+    }
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
+        "spec": {
+            "group": "monitoring.coreos.com",
+            "scope": "Namespaced",
+            "names": {
+                "kind": "ServiceMonitor",
+                "listKind": "ServiceMonitorList",
+                "plural": "servicemonitors",
+                "singular": "servicemonitor",
+            },
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {"spec": spec},
+                        }
+                    },
+                }
+            ],
+        },
+    }
+    kube.must("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        answer = kube.request("GET", "/apis/monitoring.coreos.com/v1")
+        if answer.status == 200 and any(r["name"] == "servicemonitors" for r in answer.json()["resources"]):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the ServiceMonitor CRD was not served within {timeout:.0f} s")
+
+
+def not_kept(rendered: Any, stored: Any, path: str = "") -> list[str]:
+    """Where the stored object lost or changed something the chart rendered (pruned unknown fields,
+    normalised values); what the server only added (defaults, status, metadata) is not a difference, nor
+    is a field rendered empty (``annotations:`` with nothing under it is null in YAML)."""
+    if rendered is None:
+        return []
+    if isinstance(rendered, dict) and isinstance(stored, dict):
+        return [
+            problem
+            for key, value in rendered.items()
+            for problem in (
+                not_kept(value, stored[key], f"{path}.{key}") if key in stored else [f"{path}.{key}: dropped"]
+            )
+        ]
+    if isinstance(rendered, list) and isinstance(stored, list) and len(rendered) == len(stored):
+        return [
+            p
+            for i, (r, s) in enumerate(zip(rendered, stored, strict=True))
+            for p in not_kept(r, s, f"{path}[{i}]")
+        ]
+    return [] if rendered == stored else [f"{path}: rendered {rendered!r}, stored {stored!r}"]

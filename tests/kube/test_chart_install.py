@@ -1,0 +1,100 @@
+"""The chart installed by the real helm 3 and 4 into a real kube-apiserver, for the documented defaults and
+every variant of the values matrix: the server accepts every object (schema, validation, admission, Pod
+Security), stores it as rendered, and ``helm uninstall`` leaves nothing of the release behind.
+
+The chart's cluster-scoped objects would meet the ones rbac/ already holds on the shared control plane, so
+these tests run on a control plane of their own.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.deploy.chart import HELMS, MATRIX
+from tests.kube.controlplane import ControlPlane
+from tests.kube.helm import (
+    create_namespace,
+    get_objects,
+    helm,
+    install,
+    install_service_monitor_crd,
+    manifest_objects,
+    not_kept,
+    publish_api_server_endpoints,
+    ref,
+    release_secrets,
+    remaining,
+)
+
+# The chart's README install: no values at all (the NetworkPolicy finds the API server by looking it up).
+CASES: dict[str, dict[str, Any]] = {"documented": {}, **MATRIX}
+# docs/deploy.md, "Pod Security Standard per mode": the modes that need the namespace to be privileged.
+PRIVILEGED = {"hostpath", "jetson", "vgpu-and-mig-monitor"}
+POD_SECURITY_WARNING = "would violate PodSecurity"
+API_ADDRESS, API_PORT = "192.0.2.1", 6443
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    with ControlPlane(tmp_path_factory.mktemp("chart-kube")) as plane:
+        publish_api_server_endpoints(plane, API_ADDRESS, API_PORT)
+        install_service_monitor_crd(plane)
+        yield plane
+
+
+def installed(
+    cluster: ControlPlane, tmp: Path, which: str, name: str, values: dict[str, Any]
+) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
+    """Install release ``name`` into namespace ``name``; the objects helm created."""
+    done = install(which, cluster, tmp, name, name, values)
+    assert done.returncode == 0, f"{which} install failed:\n{done.stderr}"
+    return done, manifest_objects(done.stdout)
+
+
+@pytest.mark.parametrize("which", HELMS)
+@pytest.mark.parametrize("entry", list(CASES))
+def test_install_is_accepted_and_uninstall_removes_everything(
+    cluster: ControlPlane, tmp_path: Path, which: str, entry: str
+) -> None:
+    name = f"{entry}-{which}"  # release and namespace: cases never share an object
+    level = "privileged" if entry in PRIVILEGED else "restricted"
+    create_namespace(cluster, name, level)
+    done, objects = installed(cluster, tmp_path, which, name, CASES[entry])
+
+    refs = [ref(obj) for obj in objects]
+    assert any(r.startswith("daemonset.apps/") for r in refs), refs
+    stored = get_objects(cluster, name, refs)
+    changed = {r: diff for obj in objects if (diff := not_kept(obj, stored[r := ref(obj)]))}
+    assert not changed, f"the server did not keep what the chart rendered: {changed}"
+    # Every namespace warns at "restricted": only the modes documented as privileged may set it off.
+    assert (POD_SECURITY_WARNING in done.stderr) == (entry in PRIVILEGED), done.stderr
+    assert "nfd-lite" not in done.stderr, "nfd-lite must stay restricted in every mode"
+
+    gone = helm(which, cluster, tmp_path, "uninstall", name, "-n", name)
+    assert gone.returncode == 0, gone.stderr
+    assert remaining(cluster, name, refs) == []
+    assert release_secrets(cluster, name) == []
+
+
+@pytest.mark.parametrize("which", HELMS)
+def test_network_policy_lets_nfd_lite_reach_the_api_server_it_looked_up(
+    cluster: ControlPlane, tmp_path: Path, which: str
+) -> None:
+    name = f"lookup-{which}"
+    create_namespace(cluster, name, "restricted")
+    extra = "10.0.0.0/24"
+    _, objects = installed(cluster, tmp_path, which, name, {"networkPolicy": {"apiServerCIDRs": [extra]}})
+    policy = next(obj for obj in objects if obj["kind"] == "NetworkPolicy")
+    stored = get_objects(cluster, name, [ref(policy)])[ref(policy)]
+    api_rules = [rule for rule in stored["spec"]["egress"] if any("ipBlock" in peer for peer in rule["to"])]
+    assert len(api_rules) == 1
+    cidrs = {peer["ipBlock"]["cidr"] for peer in api_rules[0]["to"]}
+    ports = {port["port"] for port in api_rules[0]["ports"]}
+    assert cidrs == {f"{API_ADDRESS}/32", extra}
+    assert API_PORT in ports
+    assert helm(which, cluster, tmp_path, "uninstall", name, "-n", name).returncode == 0
