@@ -68,7 +68,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--allow-key",
         action="append",
         dest="allow_keys",
-        default=[],
         metavar="PATTERN",
         help="repeatable key pattern ('*' any characters) admitted besides gfd's label families",
     )

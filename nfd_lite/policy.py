@@ -154,7 +154,7 @@ class Policy:
         rejected: list[Rejection] = []
         for key, feature in features.items():
             if found := self.problem(key):
-                rejected.append(Rejection(printable(feature.file), feature.line, printable(key), *found))
+                rejected.append(Rejection(feature.file, feature.line, printable(key), *found))
             else:
                 kept[key] = feature
         return kept, rejected

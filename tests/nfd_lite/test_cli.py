@@ -423,7 +423,7 @@ def test_a_taken_metrics_port_is_one_line_and_exit_2(
 def test_dry_run_into_a_pipe_closed_early_exits_quietly(tmp_path: Path) -> None:
     features = tmp_path / "features.d"
     features.mkdir()
-    (features / "gfd").write_text("".join(f"nvidia.com/l{i}={i}\n" for i in range(2000)))
+    (features / "gfd").write_text("".join(f"nvidia.com/gpu.l{i}={i}\n" for i in range(2000)))
     proc = subprocess.Popen(
         [sys.executable, "-m", "nfd_lite", "--dry-run", "--features-dir", str(features)],
         stdout=subprocess.PIPE,
