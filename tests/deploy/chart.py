@@ -22,8 +22,24 @@ _SHARING = {
     "sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}},
 }
 
+# What an offline renderer must say: helm template and lint have no cluster to look the API server's
+# endpoints up in, and the NetworkPolicy refuses to guess.
+API_SERVER = {"networkPolicy": {"apiServerCIDRs": ["192.0.2.10/32"]}}
+
+
+def merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` laid on ``base``, dictionaries merged key by key as helm merges values files."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
 # name -> values; every entry is linted, rendered, schema-validated and scanned.
-MATRIX: dict[str, dict[str, Any]] = {
+_ENTRIES: dict[str, dict[str, Any]] = {
     "defaults": {},
     "mig-mixed": {"migStrategy": "mixed"},
     "sharing": {"sharing": {"config": _SHARING}},
@@ -45,13 +61,22 @@ MATRIX: dict[str, dict[str, Any]] = {
             "service": {"enabled": True},
             "serviceMonitor": {"enabled": True, "labels": {"release": "p"}},
         },
-        "networkPolicy": {"apiServerCIDRs": ["10.0.0.5/32"], "metricsFrom": [{"podSelector": {}}]},
+        "networkPolicy": {
+            "apiServerCIDRs": ["10.0.0.5/32"],
+            "metricsFrom": [
+                {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+                    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+                }
+            ],
+        },
         "imagePullSecrets": [{"name": "regcred"}],
         "nodeSelector": {"nvidia.com/gpu.present": "true"},
         "podAnnotations": {"example.com/team": "ml"},
         "gfd": {"extraArgs": ["--timestamp"], "extraEnv": [{"name": "GFD_EXPIRY", "value": "10m"}]},
     },
 }
+MATRIX: dict[str, dict[str, Any]] = {name: merged(API_SERVER, values) for name, values in _ENTRIES.items()}
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from tests.deploy.chart import (
+    API_SERVER,
     CHART,
     HELMS,
     MATRIX,
@@ -16,6 +17,7 @@ from tests.deploy.chart import (
     by_kind,
     containers,
     documents,
+    merged,
     one,
     render,
     run_helm,
@@ -70,14 +72,53 @@ def test_refuses_kubernetes_older_than_1_30(tools: Tools, tmp_path: Path, which:
         {"migStrategy": "some"},
         {"featureDir": {"type": "nfs"}},
         {"gfd": {"backend": "cuda"}},
-        {"nfdLite": {"allowPrefixes": ["kubernetes.io"]}},  # no trailing slash: not a prefix
+        {"nfdLite": {"allowPrefixes": ["example.com"]}},  # no trailing slash: not a prefix
         {"imagePullPolicy": "Always"},  # a typo for image.pullPolicy: unknown keys are refused
         {"image": {"digest": "latest"}},
+        {"networkPolicy": {"apiServerCIDRs": ["api.example.com"]}},
     ],
 )
 def test_schema_refuses_bad_values(tools: Tools, tmp_path: Path, which: str, bad: dict[str, Any]) -> None:
-    proc = run_helm(tools, which, "lint", "--strict", str(CHART), values=bad, tmp=tmp_path)
+    proc = run_helm(
+        tools, which, "lint", "--strict", str(CHART), values=merged(API_SERVER, bad), tmp=tmp_path
+    )
     assert proc.returncode != 0, f"{bad} was accepted"
+    assert "don't meet the specifications of the schema" in proc.stdout + proc.stderr, proc.stdout
+
+
+@pytest.mark.parametrize("which", HELMS)
+def test_schema_error_names_the_reserved_prefix_and_where(tools: Tools, tmp_path: Path, which: str) -> None:
+    values = merged(API_SERVER, {"nfdLite": {"allowPrefixes": ["nvidia.com/", "node-role.kubernetes.io/"]}})
+    proc = run_helm(tools, which, "template", "x", str(CHART), values=values, tmp=tmp_path)
+    assert proc.returncode != 0
+    assert "/nfdLite/allowPrefixes/1" in proc.stderr and "'node-role.kubernetes.io/'" in proc.stderr
+
+
+@pytest.mark.parametrize("which", HELMS)
+@pytest.mark.parametrize(
+    "prefix",
+    [
+        "nvidia.com/",
+        "feature.node.kubernetes.io/",
+        "example.com/",
+        "mykubernetes.io/",
+        "k8s.io.example.com/",
+        "kubernetes.io/",
+        "k8s.io/",
+        "node-role.kubernetes.io/",
+        "x-k8s.k8s.io/",
+        "sub.feature.node.kubernetes.io/",
+    ],
+)
+def test_schema_refuses_exactly_the_prefixes_nfd_lite_refuses(
+    tools: Tools, tmp_path: Path, which: str, prefix: str
+) -> None:
+    # A prefix nfd-lite would refuse fails at helm install instead of as a crash-looping pod.
+    from nfd_lite.policy import prefix_problem
+
+    values = merged(API_SERVER, {"nfdLite": {"allowPrefixes": [prefix]}})
+    proc = run_helm(tools, which, "lint", "--strict", str(CHART), values=values, tmp=tmp_path)
+    assert (proc.returncode != 0) == (prefix_problem(prefix) is not None), proc.stdout + proc.stderr
 
 
 def _leaves(node: Any, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
@@ -270,20 +311,88 @@ def test_bottlerocket_volume_mount_request(rendered: dict[tuple[str, str], str])
     assert "emptyDir" in vol
 
 
+def _policy(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return next(d for d in by_kind(docs, "NetworkPolicy") if not d["metadata"]["name"].endswith("-test"))
+
+
 def test_network_policy_only_metrics_in_dns_and_api_out(rendered: dict[tuple[str, str], str]) -> None:
     docs = documents(rendered["helm3", "everything-on"])
-    np = next(d for d in by_kind(docs, "NetworkPolicy") if not d["metadata"]["name"].endswith("-test"))
-    spec = np["spec"]
+    spec = _policy(docs)["spec"]
     assert spec["policyTypes"] == ["Ingress", "Egress"]
     (ingress,) = spec["ingress"]
+    assert ingress["from"] == MATRIX["everything-on"]["networkPolicy"]["metricsFrom"]
     assert {p["port"] for p in ingress["ports"]} == {"gfd-metrics", "nfd-metrics"}
     dns, api = spec["egress"]
     assert {p["port"] for p in dns["ports"]} == {53}
+    # The API server's addresses only, never "anything on 443".
     assert api["to"] == [{"ipBlock": {"cidr": "10.0.0.5/32"}}]
     assert {p["port"] for p in api["ports"]} == {443, 6443}
     # The test pod gets a deny-all policy of its own.
     test_np = next(d for d in by_kind(docs, "NetworkPolicy") if d["metadata"]["name"].endswith("-test"))
     assert "ingress" not in test_np["spec"] and "egress" not in test_np["spec"]
+
+
+def test_network_policy_admits_no_scraper_unless_named(rendered: dict[tuple[str, str], str]) -> None:
+    spec = _policy(documents(rendered["helm3", "defaults"]))["spec"]
+    assert "Ingress" in spec["policyTypes"] and "ingress" not in spec
+    assert all("to" in rule for rule in spec["egress"])
+
+
+@pytest.mark.parametrize("which", HELMS)
+def test_network_policy_refuses_to_guess_the_api_server(tools: Tools, tmp_path: Path, which: str) -> None:
+    # No cluster to look the endpoints up in and none given: a clear error, not egress to everything.
+    proc = run_helm(tools, which, "template", "x", str(CHART), "--kube-version", "1.30.0", tmp=tmp_path)
+    assert proc.returncode != 0
+    assert "networkPolicy: the API server's addresses are unknown" in proc.stderr
+    assert "networkPolicy.apiServerCIDRs" in proc.stderr
+    off = run_helm(
+        tools,
+        which,
+        "template",
+        "x",
+        str(CHART),
+        "--kube-version",
+        "1.30.0",
+        "--set",
+        "networkPolicy.enabled=false",
+        tmp=tmp_path,
+    )
+    assert off.returncode == 0, off.stderr
+
+
+@pytest.mark.parametrize("which", HELMS)
+def test_service_monitor_needs_a_named_scraper(tools: Tools, tmp_path: Path, which: str) -> None:
+    values = merged(API_SERVER, {"metrics": {"serviceMonitor": {"enabled": True}}})
+    proc = run_helm(
+        tools, which, "template", "x", str(CHART), "--kube-version", "1.30.0", values=values, tmp=tmp_path
+    )
+    assert proc.returncode != 0
+    assert "needs networkPolicy.metricsFrom" in proc.stderr
+
+
+def test_image_pulled_if_not_present_from_the_release_path(rendered: dict[tuple[str, str], str]) -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    for container in containers(documents(rendered["helm3", "defaults"])).values():
+        assert container["imagePullPolicy"] == "IfNotPresent"
+        assert container["image"] == f"ghcr.io/gpu-labeller/gpu-labeller:{chart['appVersion']}"
+
+
+@pytest.mark.parametrize(
+    ("entry", "watched"),
+    [
+        ("defaults", ["source.d"]),  # only gfd writes, into source.d
+        ("jetson", ["source.d"]),
+        ("hostpath", ["source.d", "features.d"]),  # the host's directory: other writers use features.d
+    ],
+)
+def test_nfd_lite_watches_only_directories_something_writes(
+    rendered: dict[tuple[str, str], str], entry: str, watched: list[str]
+) -> None:
+    by_name = containers(documents(rendered["helm3", entry]))
+    dirs = [a.split("=", 1)[1] for a in by_name["nfd-lite"]["args"] if a.startswith("--features-dir=")]
+    assert dirs == [f"{FEATURE_DIR}/{d}" for d in watched]
+    (output,) = [a.split("=", 1)[1] for a in by_name["gfd"]["args"] if a.startswith("--output-file=")]
+    assert output.startswith(dirs[0] + "/")
 
 
 def test_service_monitor_scrapes_both_containers(rendered: dict[tuple[str, str], str]) -> None:
@@ -328,7 +437,7 @@ def test_rendered_args_are_accepted_by_the_programs(tools: Tools, tmp_path: Path
     assert settings.fail_on_init_error is False
     args = build_parser().parse_args(by_name["nfd-lite"]["args"])
     assert args.prefixes == ["nvidia.com/", "feature.node.kubernetes.io/"]
-    assert [str(d) for d in args.dirs] == [f"{FEATURE_DIR}/source.d", f"{FEATURE_DIR}/features.d"]
+    assert [str(d) for d in args.dirs] == [f"{FEATURE_DIR}/source.d"]
 
 
 def test_prune_mode_runs_only_the_writer_and_is_ready_when_done(rendered: dict[tuple[str, str], str]) -> None:
@@ -338,3 +447,82 @@ def test_prune_mode_runs_only_the_writer_and_is_ready_when_done(rendered: dict[t
     assert nfd["command"][-1].startswith("nfd-lite prune && touch /run/gpu-labeller/pruned")
     assert nfd["readinessProbe"]["exec"]["command"] == ["test", "-e", "/run/gpu-labeller/pruned"]
     assert restricted_violations(pod_spec(docs)) == []
+
+
+def _selects(affinity: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Required node affinity as the scheduler reads it: terms ORed, expressions ANDed, NotIn holds
+    where the label is absent."""
+    terms = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+
+    def holds(e: dict[str, Any]) -> bool:
+        present, value = e["key"] in labels, labels.get(e["key"])
+        return {
+            "In": present and value in e.get("values", []),
+            "NotIn": not present or value not in e.get("values", []),
+            "Exists": present,
+            "DoesNotExist": not present,
+        }[e["operator"]]
+
+    return any(all(holds(e) for e in term["matchExpressions"]) for term in terms)
+
+
+_KUBELET_ARM64 = {
+    "kubernetes.io/arch": "arm64",
+    "kubernetes.io/os": "linux",
+    "beta.kubernetes.io/arch": "arm64",
+}
+_KUBELET_AMD64 = {
+    "kubernetes.io/arch": "amd64",
+    "kubernetes.io/os": "linux",
+    "beta.kubernetes.io/arch": "amd64",
+}
+# What nodes carry before anything of ours ran: the kubelet's labels, and NFD's where it is installed. A
+# Jetson's GPU sits on the SoC, not on PCI, so NFD never reports vendor 10de there.
+_NODES = {
+    "orin, kubelet labels only": (_KUBELET_ARM64, True),
+    "orin with NFD": (
+        {
+            **_KUBELET_ARM64,
+            "feature.node.kubernetes.io/cpu-model.vendor_id": "ARM",
+            "feature.node.kubernetes.io/kernel-version.full": "5.15.148-tegra",
+        },
+        True,
+    ),
+    "xavier with NFD": ({**_KUBELET_ARM64, "feature.node.kubernetes.io/cpu-model.vendor_id": "NVIDIA"}, True),
+    "x86 server with an NVIDIA PCI GPU": (
+        {**_KUBELET_AMD64, "feature.node.kubernetes.io/pci-10de.present": "true"},
+        False,
+    ),
+    "arm64 server with an NVIDIA PCI GPU (NFD)": (
+        {**_KUBELET_ARM64, "feature.node.kubernetes.io/pci-10de.present": "true"},
+        False,
+    ),
+    "arm64 cloud GPU node (GKE)": (
+        {**_KUBELET_ARM64, "cloud.google.com/gke-accelerator": "nvidia-gh200"},
+        False,
+    ),
+    "x86 node without GPU": (_KUBELET_AMD64, False),
+}
+
+
+@pytest.mark.parametrize("node", sorted(_NODES))
+def test_jetson_mode_schedules_on_boards_without_hand_labelling(
+    rendered: dict[tuple[str, str], str], node: str
+) -> None:
+    labels, is_jetson = _NODES[node]
+    jetson = pod_spec(documents(rendered["helm3", "jetson"]))["affinity"]
+    assert _selects(jetson, labels) == is_jetson
+    # The PCI default leaves an unlabelled board alone (the nvidia runtime class and NVML are not there).
+    if is_jetson:
+        assert not _selects(pod_spec(documents(rendered["helm3", "defaults"]))["affinity"], labels)
+
+
+@pytest.mark.parametrize("which", HELMS)
+def test_jetson_affinity_can_be_replaced(tools: Tools, tmp_path: Path, which: str) -> None:
+    # helm merges maps, so an empty map would keep the default; null removes it (docs/jetson.md).
+    values = merged(
+        MATRIX["jetson"], {"jetson": {"affinity": None}, "nodeSelector": {"example.com/board": "orin"}}
+    )
+    spec = pod_spec(documents(render(tools, which, values, tmp_path)))
+    assert "affinity" not in spec
+    assert spec["nodeSelector"] == {"example.com/board": "orin"}
