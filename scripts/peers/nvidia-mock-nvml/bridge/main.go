@@ -119,7 +119,8 @@ func initialize() C.nvmlReturn_t {
 	state.Lock()
 	defer state.Unlock()
 	if state.machine == nil {
-		m, err := machine.FromEnv()
+		// The C environment, not Go's copy of it taken at load: a process may set it after loading us.
+		m, err := machine.FromLookup(cgetenv)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "mock NVML:", err)
 			return unknownError
@@ -151,7 +152,23 @@ func nvmlShutdown() C.nvmlReturn_t {
 		return uninitialized
 	}
 	state.inits--
+	if state.inits == 0 {
+		// The next nvmlInit reads the environment again, as a driver reads the hardware again.
+		for h := range state.objects {
+			C.free(h)
+		}
+		state.machine, state.objects, state.handles = nil, nil, nil
+	}
 	return success
+}
+
+func cgetenv(name string) string {
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	if v := C.getenv(cname); v != nil {
+		return C.GoString(v)
+	}
+	return ""
 }
 
 //export nvmlErrorString

@@ -69,12 +69,15 @@ func newServer(name string) (*server.Server, error) {
 }
 
 // FromEnv builds the machine the environment asks for.
-func FromEnv() (*Machine, error) {
-	name := os.Getenv("MOCK_NVML_MACHINE")
+func FromEnv() (*Machine, error) { return FromLookup(os.Getenv) }
+
+// FromLookup builds the machine that getenv's variables ask for.
+func FromLookup(getenv func(string) string) (*Machine, error) {
+	name := getenv("MOCK_NVML_MACHINE")
 	if name == "" {
 		name = "dgxa100"
 	}
-	return Build(name, os.Getenv("MOCK_NVML_MIG"), os.Getenv("MOCK_NVML_MIG_GPUS"))
+	return Build(name, getenv("MOCK_NVML_MIG"), getenv("MOCK_NVML_MIG_GPUS"))
 }
 
 // Build builds a machine with the given MIG layout.
