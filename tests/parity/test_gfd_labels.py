@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from k8slabels import value_problem
 from tests.parity import peers
 
 ROOT = peers.ROOT
@@ -120,3 +121,29 @@ def test_labels_equal_nvidias(tmp_path: Path, machine: str, layout: str, strateg
     assert ours.code == 0, ours.stderr
     assert theirs.labels, "NVIDIA's GFD wrote no labels"
     assert _without_extras(ours.labels) == theirs.labels
+
+
+MACHINE_TYPES = {
+    "plain": "NVIDIA DGX A100",
+    "empty": "",
+    "punctuation": "ProLiant DL380 Gen10 (P123)",
+    "long": "Super Server X13DEG-OAD with eight NVIDIA H100 SXM5 80GB GPUs and NVLink Switch",
+    "missing": None,
+}
+
+
+@pytest.mark.parametrize("content", list(MACHINE_TYPES))
+def test_machine_type_equals_nvidias(tmp_path: Path, content: str) -> None:
+    peers.require()
+    env = peers.mock_env(peers.machines()[0])
+    machine_file = tmp_path / "product_name"
+    if (text := MACHINE_TYPES[content]) is not None:
+        machine_file.write_text(text + "\n")
+    flags = [f"--machine-type-file={machine_file}"]
+    theirs, ours = _theirs(env, flags, tmp_path), _ours(env, flags)
+    assert (theirs.code, ours.code) == (0, 0), ours.stderr
+    mine, nvidias = ours.labels["nvidia.com/gpu.machine"], theirs.labels["nvidia.com/gpu.machine"]
+    if value_problem(nvidias) is None:
+        assert mine == nvidias
+    else:  # documented: NVIDIA writes a value Kubernetes refuses; ours is made valid instead
+        assert value_problem(mine) is None and nvidias.startswith(mine)
