@@ -161,7 +161,8 @@ OPTIONS: tuple[_Option, ...] = (
             parse_choice(("none", "single", "mixed")), "how MIG devices are labelled (default none)",
             metavar="none|single|mixed"),
     _Option("fail_on_init_error", ("--fail-on-init-error",), ("GFD_FAIL_ON_INIT_ERROR", "FAIL_ON_INIT_ERROR"),
-            parse_bool, "exit when the first probe fails; false: keep retrying (default true)", is_bool=True),
+            parse_bool, "exit 1 when the first probe fails; false: do not fail (the daemon retries every "
+            "interval, a oneshot run exits 0) (default true)", is_bool=True),
     _Option("no_timestamp", ("--no-timestamp",), ("GFD_NO_TIMESTAMP",), parse_bool,
             "accepted for compatibility: no timestamp label is written unless --timestamp", is_bool=True),
     _Option("machine_type_file", ("--machine-type-file",), ("GFD_MACHINE_TYPE_FILE",), _path,
