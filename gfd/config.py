@@ -282,16 +282,21 @@ def load_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
     values["unused"] = tuple(unused)
     where = {name: source for name, (source, _) in raw.items()}
 
+    if "device_discovery_strategy" in values:
+        values["backend"] = _backend_from_strategy(where, values)
+
     sharing = None
     config_file = values.get("config_file")
     if config_file is not None:
         file_values, sharing = _from_config_file(config_file)
+        if "backend" in values:
+            file_values.pop("device_discovery_strategy", None)  # the command line or environment chose
         for name, value in file_values.items():
             if name not in values:
                 values[name] = value
                 where[name] = f"{config_file}: field {_FILE_FIELDS.get(name, name)}"
-    if "device_discovery_strategy" in values:
-        values["backend"] = _backend_from_strategy(where, values)
+        if "device_discovery_strategy" in values:
+            values["backend"] = _backend_from_strategy(where, values)
     return _finish(values, sharing)
 
 

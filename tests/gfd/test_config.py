@@ -359,3 +359,11 @@ def test_the_config_file_may_set_nvidias_other_flags(tmp_path: Path) -> None:
     path.write_text("flags:\n  deviceDiscoveryStrategy: vfio\n")
     with pytest.raises(ConfigError, match=r"c\.yaml: field flags\.deviceDiscoveryStrategy: vfio"):
         load("--config-file", str(path))
+
+
+def test_a_backend_on_the_command_line_beats_the_strategy_in_the_config_file(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("flags:\n  deviceDiscoveryStrategy: tegra\n")
+    assert load("--config-file", str(path), "--backend", "nvml").backend == "nvml"
+    assert load("--config-file", str(path), DEVICE_DISCOVERY_STRATEGY="nvml").backend == "nvml"
+    assert load("--config-file", str(path)).backend == "tegra"
