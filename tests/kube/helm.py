@@ -209,3 +209,19 @@ def not_kept(rendered: Any, stored: Any, path: str = "") -> list[str]:
             for p in not_kept(r, s, f"{path}[{i}]")
         ]
     return [] if rendered == stored else [f"{path}: rendered {rendered!r}, stored {stored!r}"]
+
+
+def type_check_warnings(kube: ControlPlane, policy: str, timeout: float = 30.0) -> list[dict[str, Any]]:
+    """What kube-controller-manager's type check found in a ValidatingAdmissionPolicy's CEL expressions
+    (checked against the schemas of the kinds it matches), once it has looked at the current generation."""
+    path = f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{policy}"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        stored = kube.must("GET", path)
+        status = stored.get("status") or {}
+        if status.get("observedGeneration") == stored["metadata"]["generation"]:
+            checked = status.get("typeChecking") or {}
+            warnings: list[dict[str, Any]] = checked.get("expressionWarnings") or []
+            return warnings
+        time.sleep(0.1)
+    raise AssertionError(f"policy {policy} was not type-checked within {timeout:.0f} s")

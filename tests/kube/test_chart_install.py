@@ -1,6 +1,7 @@
 """The chart installed by the real helm 3 and 4 into a real kube-apiserver, for the documented defaults and
 every variant of the values matrix: the server accepts every object (schema, validation, admission, Pod
-Security), stores it as rendered, and ``helm uninstall`` leaves nothing of the release behind.
+Security), stores it as rendered, the admission policy's CEL type-checks against the Node schema, and
+``helm uninstall`` leaves nothing of the release behind.
 
 The chart's cluster-scoped objects would meet the ones rbac/ already holds on the shared control plane, so
 these tests run on a control plane of their own.
@@ -29,6 +30,7 @@ from tests.kube.helm import (
     ref,
     release_secrets,
     remaining,
+    type_check_warnings,
 )
 
 # The chart's README install: no values at all (the NetworkPolicy finds the API server by looking it up).
@@ -74,6 +76,8 @@ def test_install_is_accepted_and_uninstall_removes_everything(
     # Every namespace warns at "restricted": only the modes documented as privileged may set it off.
     assert (POD_SECURITY_WARNING in done.stderr) == (entry in PRIVILEGED), done.stderr
     assert "nfd-lite" not in done.stderr, "nfd-lite must stay restricted in every mode"
+    for policy in (o["metadata"]["name"] for o in objects if o["kind"] == "ValidatingAdmissionPolicy"):
+        assert type_check_warnings(cluster, policy) == []
 
     gone = helm(which, cluster, tmp_path, "uninstall", name, "-n", name)
     assert gone.returncode == 0, gone.stderr
