@@ -64,6 +64,8 @@ ln -sfn ../helm3/helm "$TOOLS/bin/helm"
 # The real control plane the Kubernetes tests run against (kube-apiserver and etcd), built from their
 # pinned Go modules into .cache/peers/kubernetes (about 5 minutes on 2 cores the first time).
 scripts/peers/build.sh kubernetes
+# Upstream NFD (nfd-master, nfd-worker) for the compatibility test and the benchmarks beside nfd-lite.
+scripts/peers/build.sh nfd
 # NVIDIA's gpu-feature-discovery and the mock NVML library both it and gfd load: the label parity oracle.
 scripts/peers/build.sh nvidia-mock-nvml nvidia-gfd
 
