@@ -39,8 +39,9 @@ def machines() -> list[str]:
     return names
 
 
-def mock_env(machine: str, mig: str = "", mig_gpus: str = "") -> dict[str, str]:
-    """An environment whose NVML is the mock simulating ``machine`` with the given MIG layout."""
+def mock_env(machine: str, mig: str = "", mig_gpus: str = "", gpus: int | None = None) -> dict[str, str]:
+    """An environment whose NVML is the mock simulating ``machine`` (its first ``gpus`` GPUs, or all)
+    with the given MIG layout."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GFD_", "MOCK_NVML_"))}
     for name in ("CONFIG_FILE", "MIG_STRATEGY", "NODE_NAME", "KUBECONFIG"):
         env.pop(name, None)
@@ -50,6 +51,8 @@ def mock_env(machine: str, mig: str = "", mig_gpus: str = "") -> dict[str, str]:
         env["MOCK_NVML_MIG"] = mig
     if mig_gpus:
         env["MOCK_NVML_MIG_GPUS"] = mig_gpus
+    if gpus is not None:
+        env["MOCK_NVML_NUM_DEVICES"] = str(gpus)
     return env
 
 

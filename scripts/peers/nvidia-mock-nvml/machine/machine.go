@@ -10,6 +10,7 @@
 //	                   each MIG GPU, each with one compute instance spanning it; "enabled" turns MIG on with
 //	                   no instances; unset: MIG off
 //	MOCK_NVML_MIG_GPUS comma-separated GPU indices that get MIG (default: all)
+//	MOCK_NVML_NUM_DEVICES keep only the first N GPUs of the machine
 package machine
 
 import (
@@ -77,7 +78,17 @@ func FromLookup(getenv func(string) string) (*Machine, error) {
 	if name == "" {
 		name = "dgxa100"
 	}
-	return Build(name, getenv("MOCK_NVML_MIG"), getenv("MOCK_NVML_MIG_GPUS"))
+	m, err := Build(name, getenv("MOCK_NVML_MIG"), getenv("MOCK_NVML_MIG_GPUS"))
+	if err != nil || getenv("MOCK_NVML_NUM_DEVICES") == "" {
+		return m, err
+	}
+	n, err := strconv.Atoi(getenv("MOCK_NVML_NUM_DEVICES"))
+	if err != nil || n < 0 || n > len(m.Devices) {
+		return nil, fmt.Errorf("MOCK_NVML_NUM_DEVICES=%q: not a number of GPUs up to %d", getenv("MOCK_NVML_NUM_DEVICES"), len(m.Devices))
+	}
+	m.Devices = m.Devices[:n]
+	m.Server.Devices = m.Server.Devices[:n]
+	return m, nil
 }
 
 // Build builds a machine with the given MIG layout.
