@@ -18,7 +18,7 @@ from gfd.sharing import FULL_GPU_RESOURCE, SharingConfig
 
 
 def family(major: int, minor: int) -> str:
-    """Architecture family from the compute capability, as NVIDIA names it (plus 11.x, Jetson Thor)."""
+    """Architecture family from the compute capability, as NVIDIA names it (plus 11.x and 13.x)."""
     if major == 7:
         return "volta" if minor < 5 else "turing"
     if major == 8:
@@ -26,7 +26,8 @@ def family(major: int, minor: int) -> str:
     names = {1: "tesla", 2: "fermi", 3: "kepler", 5: "maxwell", 6: "pascal", 9: "hopper", 13: "rubin"}
     if major in names:
         return names[major]
-    # NVIDIA has 10 and 12; 11.0 is Thor's number from CUDA 13 on, also Blackwell.
+    # NVIDIA's table (v0.19.3) has 10 and 12; 11.0 is Thor's number from CUDA 13 on, also Blackwell.
+    # 13 (Rubin) it does not have yet: "undefined" would hide the newest GPUs from selectors.
     if major in (10, 11, 12):
         return "blackwell"
     return "undefined"

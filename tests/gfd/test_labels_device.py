@@ -38,7 +38,7 @@ def labels(*devices: Device) -> dict[str, str]:
         ((10, 0), "blackwell"),
         ((11, 0), "blackwell"),  # Jetson Thor under CUDA 13; NVIDIA says "undefined"
         ((12, 0), "blackwell"),
-        ((13, 0), "rubin"),  # as NVIDIA's newest table has it
+        ((13, 0), "rubin"),  # NVIDIA's v0.19.3 says "undefined"
         ((4, 0), "undefined"),
         ((14, 0), "undefined"),
     ],
