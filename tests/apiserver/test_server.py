@@ -41,28 +41,29 @@ def test_get_of_a_missing_node_is_404_not_found(admin: Any) -> None:
     assert (err.value.status, body["reason"], body["message"]) == (404, "NotFound", 'nodes "nope" not found')
 
 
-def test_merge_patch_writes_labels_and_bumps_resource_version(nodes: FakeApiServer, writer: Any) -> None:
-    before = writer.read_node("gpu-1").metadata.resource_version
+# Server mechanics are checked as the admin: what the writer may do is the admission policy's business
+# (tests/rbac), and that policy changes independently of how the server applies a patch.
+def test_merge_patch_writes_labels_and_bumps_resource_version(nodes: FakeApiServer, admin: Any) -> None:
+    before = admin.read_node("gpu-1").metadata.resource_version
     body = merge({"nvidia.com/gpu.count": "8"}, rv=before)
-    body["metadata"]["annotations"] = {"gpu-labeller.io/owned-labels": "nvidia.com/gpu.count"}
-    after = writer.patch_node("gpu-1", body, _content_type="application/merge-patch+json")
+    after = admin.patch_node("gpu-1", body, _content_type="application/merge-patch+json")
     assert after.metadata.labels["nvidia.com/gpu.count"] == "8"
     assert int(after.metadata.resource_version) > int(before)
     assert nodes.labels("gpu-1")["nvidia.com/gpu.count"] == "8"
     assert nodes.labels("gpu-1")["kubernetes.io/hostname"] == "gpu-1"  # merge leaves other labels alone
 
 
-def test_null_in_a_merge_patch_removes_the_label(nodes: FakeApiServer, writer: Any) -> None:
+def test_null_in_a_merge_patch_removes_the_label(nodes: FakeApiServer, admin: Any) -> None:
     nodes.set_node_labels("gpu-1", {"nvidia.com/old": "x"})
-    writer.patch_node("gpu-1", merge({"nvidia.com/old": None}), _content_type="application/merge-patch+json")
+    admin.patch_node("gpu-1", merge({"nvidia.com/old": None}), _content_type="application/merge-patch+json")
     assert "nvidia.com/old" not in nodes.labels("gpu-1")
 
 
-def test_a_patch_that_changes_nothing_keeps_the_resource_version(writer: Any) -> None:
-    first = writer.patch_node(
+def test_a_patch_that_changes_nothing_keeps_the_resource_version(admin: Any) -> None:
+    first = admin.patch_node(
         "gpu-1", merge({"nvidia.com/a": "1"}), _content_type="application/merge-patch+json"
     )
-    again = writer.patch_node(
+    again = admin.patch_node(
         "gpu-1", merge({"nvidia.com/a": "1"}), _content_type="application/merge-patch+json"
     )
     assert again.metadata.resource_version == first.metadata.resource_version
@@ -165,11 +166,12 @@ def test_kubeconfig_works_with_the_official_loader(nodes: FakeApiServer, tmp_pat
 
 
 def test_requests_are_logged_with_their_user(nodes: FakeApiServer, writer: Any) -> None:
-    writer.patch_node("gpu-1", merge({"nvidia.com/a": "1"}), _content_type="application/merge-patch+json")
+    with pytest.raises(client.ApiException):  # logged whether admitted or not
+        writer.patch_node("gpu-2", merge({"nvidia.com/a": "1"}), _content_type="application/merge-patch+json")
     last = nodes.requests[-1]
     assert (last.method, last.path, last.content_type, last.user) == (
         "PATCH",
-        "/api/v1/nodes/gpu-1",
+        "/api/v1/nodes/gpu-2",
         "application/merge-patch+json",
         SA,
     )
