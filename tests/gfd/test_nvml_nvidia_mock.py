@@ -7,13 +7,16 @@ mock's own description of it (go-nvml's data) says. The fake in tests/fakes stay
 from __future__ import annotations
 
 import ctypes
+import os
 from typing import Any
 
 import pynvml
 import pytest
 
+from gfd.backends.errors import BackendError
 from gfd.backends.nvml import NvmlBackend
 from gfd.inventory import Inventory
+from gfd.labels import LabelOptions, build_labels
 from tests.parity import peers
 
 MP = pytest.MonkeyPatch
@@ -28,15 +31,16 @@ LAYOUTS = {
 
 
 def _probe(
-    monkeypatch: MP, machine: str, mig: str = "", mig_gpus: str = ""
-) -> tuple[Inventory, dict[str, Any]]:
+    monkeypatch: MP, machine: str, mig: str = "", mig_gpus: str = "", **more: str
+) -> tuple[Inventory, Any]:
+    """Probe the mock machine through the backend; ``more``: further MOCK_NVML_* settings."""
     peers.require()
-    env = peers.mock_env(machine, mig, mig_gpus)
-    for key in ("MOCK_NVML_MACHINE", "MOCK_NVML_MIG", "MOCK_NVML_MIG_GPUS"):
-        if key in env:
-            monkeypatch.setenv(key, env[key])
-        else:
-            monkeypatch.delenv(key, raising=False)
+    env = peers.mock_env(machine, mig, mig_gpus) | {f"MOCK_NVML_{k.upper()}": v for k, v in more.items()}
+    for key in [k for k in os.environ if k.startswith("MOCK_NVML_")]:
+        monkeypatch.delenv(key)
+    for key, value in env.items():
+        if key.startswith("MOCK_NVML_"):
+            monkeypatch.setenv(key, value)
     # The bindings load "libnvidia-ml.so.1" once per process; point them at the mock, with fresh state.
     monkeypatch.setattr(pynvml, "nvmlLib", ctypes.CDLL(str(peers.MOCK_LIBRARY)))
     monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer_cache", {})
@@ -83,11 +87,20 @@ def test_the_probe_closes_nvml_so_the_next_sees_a_new_machine(monkeypatch: MP) -
 
 
 def test_an_unknown_machine_fails_init_with_one_line(monkeypatch: MP) -> None:
-    peers.require()
-    monkeypatch.setenv("MOCK_NVML_MACHINE", "no-such-machine")
-    monkeypatch.setattr(pynvml, "nvmlLib", ctypes.CDLL(str(peers.MOCK_LIBRARY)))
-    monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer_cache", {})
-    monkeypatch.setattr(pynvml, "_nvmlLib_refcount", 0)
-    with pytest.raises(Exception, match="Unknown Error") as err:
-        NvmlBackend().probe()
+    with pytest.raises(BackendError, match="Unknown Error") as err:
+        _probe(monkeypatch, "no-such-machine")
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("mode", "present"),
+    [("none", "false"), ("passthrough", "false"), ("host-vgpu", "false"), ("vgpu", "true")],
+)
+def test_vgpu_present_follows_the_virtualization_mode(monkeypatch: MP, mode: str, present: str) -> None:
+    """No privilege needed: NVML's virtualization mode says whether the GPUs are vGPU guests."""
+    inv, want = _probe(monkeypatch, "dgxh100", virtualization_mode=mode)
+    assert want["virtualization_mode"] == {"none": 0, "passthrough": 1, "vgpu": 2, "host-vgpu": 3}[mode]
+    assert {d.vgpu_guest for d in inv.devices} == {present == "true"}
+    labels = build_labels(inv, LabelOptions())
+    assert labels["nvidia.com/vgpu.present"] == present
+    assert not any(k.startswith("nvidia.com/vgpu.host-driver") for k in labels)

@@ -442,7 +442,7 @@ func nvmlDeviceGetVirtualizationMode(h C.nvmlDevice_t, mode *C.int) C.nvmlReturn
 	if _, ok := gpu(h); !ok || mode == nil {
 		return invalidArgument
 	}
-	*mode = C.int(nvml.GPU_VIRTUALIZATION_MODE_NONE) // bare metal: neither a vGPU guest nor a host
+	*mode = C.int(state.machine.VirtualizationMode)
 	return success
 }
 

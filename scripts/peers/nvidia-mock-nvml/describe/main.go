@@ -36,10 +36,11 @@ type deviceJSON struct {
 }
 
 type machineJSON struct {
-	Name              string       `json:"name"`
-	DriverVersion     string       `json:"driver_version"`
-	CudaDriverVersion int          `json:"cuda_driver_version"`
-	Devices           []deviceJSON `json:"devices"`
+	Name               string       `json:"name"`
+	VirtualizationMode int          `json:"virtualization_mode"`
+	DriverVersion      string       `json:"driver_version"`
+	CudaDriverVersion  int          `json:"cuda_driver_version"`
+	Devices            []deviceJSON `json:"devices"`
 }
 
 func main() {
@@ -53,9 +54,10 @@ func main() {
 		os.Exit(2)
 	}
 	out := machineJSON{
-		Name:              m.Name,
-		DriverVersion:     m.Server.DriverVersion,
-		CudaDriverVersion: m.Server.CudaDriverVersion,
+		Name:               m.Name,
+		VirtualizationMode: int(m.VirtualizationMode),
+		DriverVersion:      m.Server.DriverVersion,
+		CudaDriverVersion:  m.Server.CudaDriverVersion,
 	}
 	for _, d := range m.Devices {
 		dj := deviceJSON{

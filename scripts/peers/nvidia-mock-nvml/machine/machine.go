@@ -11,6 +11,7 @@
 //	                   no instances; unset: MIG off
 //	MOCK_NVML_MIG_GPUS comma-separated GPU indices that get MIG (default: all)
 //	MOCK_NVML_NUM_DEVICES keep only the first N GPUs of the machine
+//	MOCK_NVML_VIRTUALIZATION_MODE none (default: bare metal), passthrough, vgpu (a vGPU guest), host-vgpu
 package machine
 
 import (
@@ -45,10 +46,12 @@ type Mig struct {
 
 // Machine is the simulated node.
 type Machine struct {
-	Name    string
-	Server  *server.Server
-	Devices []*server.Device
-	Migs    map[*server.Device][]*Mig
+	Name string
+	// VirtualizationMode is every GPU's nvmlGpuVirtualizationMode_t.
+	VirtualizationMode nvml.GpuVirtualizationMode
+	Server             *server.Server
+	Devices            []*server.Device
+	Migs               map[*server.Device][]*Mig
 }
 
 func newServer(name string) (*server.Server, error) {
@@ -79,8 +82,21 @@ func FromLookup(getenv func(string) string) (*Machine, error) {
 		name = "dgxa100"
 	}
 	m, err := Build(name, getenv("MOCK_NVML_MIG"), getenv("MOCK_NVML_MIG_GPUS"))
-	if err != nil || getenv("MOCK_NVML_NUM_DEVICES") == "" {
-		return m, err
+	if err != nil {
+		return nil, err
+	}
+	modes := map[string]nvml.GpuVirtualizationMode{
+		"": nvml.GPU_VIRTUALIZATION_MODE_NONE, "none": nvml.GPU_VIRTUALIZATION_MODE_NONE,
+		"passthrough": nvml.GPU_VIRTUALIZATION_MODE_PASSTHROUGH, "vgpu": nvml.GPU_VIRTUALIZATION_MODE_VGPU,
+		"host-vgpu": nvml.GPU_VIRTUALIZATION_MODE_HOST_VGPU,
+	}
+	mode, ok := modes[getenv("MOCK_NVML_VIRTUALIZATION_MODE")]
+	if !ok {
+		return nil, fmt.Errorf("MOCK_NVML_VIRTUALIZATION_MODE=%q: not none, passthrough, vgpu or host-vgpu", getenv("MOCK_NVML_VIRTUALIZATION_MODE"))
+	}
+	m.VirtualizationMode = mode
+	if getenv("MOCK_NVML_NUM_DEVICES") == "" {
+		return m, nil
 	}
 	n, err := strconv.Atoi(getenv("MOCK_NVML_NUM_DEVICES"))
 	if err != nil || n < 0 || n > len(m.Devices) {
