@@ -6,8 +6,9 @@ here), 2 bad flags, environment, config file or profile.
 
 from __future__ import annotations
 
-# Only what the interpreter has loaded already: until main() takes over SIGINT, a Ctrl-C would end an
-# import with a traceback, so this module imports nothing else at the top.
+# Little beyond what the interpreter has loaded already: until main() takes over SIGINT, a Ctrl-C would
+# end an import with a traceback, so this module imports nothing heavier at the top.
+import contextlib
 import signal
 import sys
 
@@ -25,9 +26,7 @@ def _interrupted(signum: int, _frame: object) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    import threading
-
-    if threading.current_thread() is threading.main_thread():
+    with contextlib.suppress(ValueError):  # not the main thread (embedded): the caller owns its signals
         signal.signal(signal.SIGINT, _interrupted)
     try:
         return _main(list(sys.argv[1:] if argv is None else argv))
