@@ -13,6 +13,8 @@ from gfd.backends.mock import MockBackend
 from gfd.backends.nvml import NvmlBackend
 from gfd.backends.tegra import TegraBackend
 from gfd.config import load_settings
+from gfd.doctor.hardware import check
+from gfd.doctor.model import Context
 from gfd.profile import MachineProfile, load_profile
 from tests.fakes.fake_nvml import install_fake_nvml
 
@@ -86,11 +88,12 @@ def test_no_nvidia_gpu_on_the_pci_bus_is_said_as_the_doctor_says_it(
     install_fake_nvml(monkeypatch, None, library_missing=True)
     settings = load_settings(["--backend", name, "--host-root", str(tmp_path), "--oneshot", "-o", "-"], {})
     result = Daemon(settings).run_pass()
+    (doctor,) = check(Context(host_root=tmp_path))  # what `gfd doctor` reports for the same machine
+    assert doctor.status == "FAIL"
     assert result.layer == "hardware"
-    assert result.error == (
-        "hardware: no NVIDIA (vendor 0x10de) GPU under /sys/bus/pci/devices and no Jetson release file: "
-        "check that the GPU is seated and powered, or passed through to this VM (`lspci -nn | grep 10de`)"
-    )
+    assert result.error == f"hardware: {doctor.evidence}: {doctor.fix}"
+    assert "no NVIDIA (vendor 0x10de) GPU under /sys/bus/pci/devices" in result.error
+    assert "runtimeClassName" not in result.error
 
 
 def test_with_an_nvidia_gpu_on_the_bus_nvmls_own_reason_stands(
