@@ -5,35 +5,76 @@
 #   - the Dockerfile is built by buildah with chroot isolation and vfs storage (works as root in CI, also
 #     inside an unprivileged container where overlay and user namespaces are unavailable),
 #   - `gfd --oneshot --backend mock` writes a feature file, `nfd-lite --dry-run` turns it into labels.
-# Needs root and Debian/PyPI reachability; installs buildah and debootstrap with apt-get when missing.
+# ARCH=arm64 on an x86-64 host builds and runs the Jetson/Graviton image under emulation: Debian's
+# qemu-user-static, registered in binfmt_misc with the F flag (the kernel keeps the emulator open, so it
+# also runs inside buildah's chroot, where its path does not exist).
+# Needs root and Debian/PyPI reachability; installs buildah, debootstrap (and qemu-user-static for a
+# foreign ARCH) with apt-get when missing.
 #
-# Environment: IMAGE (tag, default localhost/gpu-labeller:dev), SUITE (default bookworm),
+# Environment: ARCH (Debian architecture of the image, default the host's), IMAGE (tag, default
+#   localhost/gpu-labeller:dev, with -ARCH appended for a foreign ARCH), SUITE (default bookworm),
 #   DEBIAN_MIRROR, PROFILE (mock profile inside the image), BUILDAH_ROOT (storage, default .cache/buildah).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-IMAGE=${IMAGE:-localhost/gpu-labeller:dev}
+HOST_ARCH=$(dpkg --print-architecture 2>/dev/null || uname -m | sed 's/x86_64/amd64/; s/aarch64/arm64/')
+ARCH=${ARCH:-$HOST_ARCH}
+if [ "$ARCH" = "$HOST_ARCH" ]; then
+  IMAGE=${IMAGE:-localhost/gpu-labeller:dev}
+else
+  IMAGE=${IMAGE:-localhost/gpu-labeller:dev-$ARCH}
+fi
 SUITE=${SUITE:-bookworm}
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 PROFILE=${PROFILE:-/usr/share/gpu-labeller/profiles/dgx-a100-mig.yaml}
 BUILDAH_ROOT=${BUILDAH_ROOT:-$ROOT/.cache/buildah}
 BASE_DIR=$ROOT/.cache/image-base
-BASE_TAR=$BASE_DIR/debian-$SUITE-python3.tar
-BASE_IMAGE=localhost/gpu-labeller-base:$SUITE-python3
+BASE_TAR=$BASE_DIR/debian-$SUITE-$ARCH-python3.tar
+BASE_IMAGE=localhost/gpu-labeller-base:$SUITE-python3-$ARCH
 
 log() { printf 'build-image: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
+# Exit status 3: this host cannot run ARCH's programs (the reason is the last line); nothing was wrong.
+cannot_emulate() { log "cannot emulate $ARCH: $*"; exit 3; }
 
 [ "$(id -u)" = 0 ] || die "must run as root (buildah with chroot isolation and vfs storage needs it)"
 
+case $ARCH in
+  amd64) QEMU_ARCH=x86_64 ;;
+  arm64) QEMU_ARCH=aarch64 ;;
+  *) die "ARCH=$ARCH is not supported (amd64 or arm64)" ;;
+esac
 missing=()
 command -v buildah >/dev/null || missing+=(buildah)
 command -v debootstrap >/dev/null || missing+=(debootstrap)
+if [ "$ARCH" != "$HOST_ARCH" ]; then
+  [ -x "/usr/bin/qemu-$QEMU_ARCH-static" ] || missing+=(qemu-user-static)
+  command -v update-binfmts >/dev/null || missing+=(binfmt-support)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing ${missing[*]} with apt-get"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -q >/dev/null
   apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# --- emulation of a foreign ARCH --------------------------------------------------------------------
+if [ "$ARCH" != "$HOST_ARCH" ]; then
+  binfmt=/proc/sys/fs/binfmt_misc
+  if [ ! -e "$binfmt/register" ]; then
+    grep -qw binfmt_misc /proc/filesystems \
+      || cannot_emulate "the kernel has no binfmt_misc (not in /proc/filesystems)"
+    mount -t binfmt_misc binfmt_misc "$binfmt" 2>/dev/null \
+      || cannot_emulate "mounting binfmt_misc on $binfmt was refused (a container needs the host's registration or CAP_SYS_ADMIN)"
+  fi
+  # Installing qemu-user-static registers it; where the package's trigger did not run, register now.
+  [ -e "$binfmt/qemu-$QEMU_ARCH" ] || update-binfmts --enable "qemu-$QEMU_ARCH" >/dev/null 2>&1 || true
+  entry=$binfmt/qemu-$QEMU_ARCH
+  [ -e "$entry" ] || cannot_emulate "qemu-$QEMU_ARCH is not registered in $binfmt (update-binfmts --enable qemu-$QEMU_ARCH failed)"
+  grep -qx enabled "$entry" || cannot_emulate "$entry is disabled (echo 1 >$entry)"
+  grep -q '^flags:.*F' "$entry" \
+    || cannot_emulate "$entry lacks the F flag, so the emulator is not found inside the build chroot"
+  log "emulating $ARCH with $(sed -n 's/^interpreter //p' "$entry") ($(grep '^flags:' "$entry"))"
 fi
 
 # One storage location for every call; vfs copies whole layers but needs no kernel features.
@@ -45,9 +86,9 @@ mkdir -p "$BUILDAH_ROOT" "$BASE_DIR"
 
 # --- base image: Debian minbase + python3 (venv) + CA certificates, made with debootstrap --------------
 if [ ! -s "$BASE_TAR" ]; then
-  log "debootstrap $SUITE into a base image (once; cached in $BASE_TAR)"
+  log "debootstrap $SUITE for $ARCH into a base image (once; cached in $BASE_TAR)"
   rootfs=$(mktemp -d "$BASE_DIR/rootfs.XXXXXX")
-  debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
+  debootstrap --arch="$ARCH" --variant=minbase --include=python3,python3-venv,ca-certificates \
     "$SUITE" "$rootfs" "$DEBIAN_MIRROR" >"$BASE_DIR/debootstrap.log" 2>&1 \
     || { tail -20 "$BASE_DIR/debootstrap.log" >&2; rm -rf "$rootfs"; die "debootstrap failed"; }
   # Smaller image: no apt lists, caches or docs are needed at run time.
@@ -62,35 +103,37 @@ if ! "${BUILDAH[@]}" inspect --type image "$BASE_IMAGE" >/dev/null 2>&1; then
   ctr=$("${BUILDAH[@]}" from --quiet scratch)
   "${BUILDAH[@]}" add --quiet "$ctr" "$BASE_TAR" /
   "${BUILDAH[@]}" config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    --env LANG=C.UTF-8 --cmd /bin/sh "$ctr"
+    --env LANG=C.UTF-8 --cmd /bin/sh --os linux --arch "$ARCH" "$ctr"
   "${BUILDAH[@]}" commit --quiet --rm "$ctr" "$BASE_IMAGE" >/dev/null
 fi
 
 # --- the image ---------------------------------------------------------------------------------------
-log "building $IMAGE from Dockerfile (BASE_IMAGE=$BASE_IMAGE)"
+log "building $IMAGE for linux/$ARCH from Dockerfile (BASE_IMAGE=$BASE_IMAGE)"
 revision=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 # The host's CA bundle reaches pip as a build secret, for networks that re-sign TLS (it is not kept
 # in the image).
 secret=()
 ca=${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}
 [ -s "$ca" ] && secret=(--secret "id=pip-ca,src=$ca")
-"${BUILDAH[@]}" build --isolation chroot --pull=never "${secret[@]}" \
+"${BUILDAH[@]}" build --isolation chroot --pull=never --platform "linux/$ARCH" "${secret[@]}" \
   --build-arg "BASE_IMAGE=$BASE_IMAGE" \
   --build-arg "REVISION=$revision" \
-  -f Dockerfile -t "$IMAGE" . >"$BUILDAH_ROOT/build.log" 2>&1 \
-  || { tail -30 "$BUILDAH_ROOT/build.log" >&2; die "buildah build failed (full log: $BUILDAH_ROOT/build.log)"; }
+  -f Dockerfile -t "$IMAGE" . >"$BUILDAH_ROOT/build-$ARCH.log" 2>&1 \
+  || { tail -30 "$BUILDAH_ROOT/build-$ARCH.log" >&2; die "buildah build failed (full log: $BUILDAH_ROOT/build-$ARCH.log)"; }
 
 # vfs stores every image as a full copy: drop the previous build and the build stage, keep base + image.
 "${BUILDAH[@]}" rmi --prune >/dev/null 2>&1 || true
 
 user=$("${BUILDAH[@]}" inspect --type image --format '{{.OCIv1.Config.User}}' "$IMAGE")
 [ "$user" = "65532:65532" ] || die "image user is '$user', expected 65532:65532"
+arch=$("${BUILDAH[@]}" inspect --type image --format '{{.OCIv1.Architecture}}' "$IMAGE")
+[ "$arch" = "$ARCH" ] || die "image architecture is '$arch', expected $ARCH"
 size=$("${BUILDAH[@]}" images --format '{{.Size}}' "$IMAGE" | head -1)
-log "image $IMAGE: user $user, size $size"
+log "image $IMAGE: user $user, architecture $arch, size $size"
 
 # --- run both commands as the image's user -----------------------------------------------------------
 work=$(mktemp -d)
-ctr=$("${BUILDAH[@]}" from --quiet --pull=never "$IMAGE")
+ctr=$("${BUILDAH[@]}" from --quiet --pull=never --platform "linux/$ARCH" "$IMAGE")
 cleanup() { "${BUILDAH[@]}" rm "$ctr" >/dev/null 2>&1 || true; rm -rf "$work"; }
 trap cleanup EXIT
 mkdir -p "$work/features"
@@ -110,9 +153,15 @@ writable=$("${BUILDAH[@]}" run --isolation chroot "$ctr" -- \
 [ "$(echo "$writable" | grep -vxE '/tmp|/var/tmp|/run/lock' | grep -c .)" = 0 ] \
   || die "writable by everyone or uid 65532 in the image: $writable"
 
+# The interpreter really is the image's architecture (under emulation on a foreign host).
+machine=$(run python3 -c 'import platform; print(platform.machine())')
+[ "$machine" = "$QEMU_ARCH" ] || die "python3 in the image runs as '$machine', expected $QEMU_ARCH"
+log "python3 in the image runs as $machine"
+
 # Every module the daemons load must be in the image (the build prunes unused parts of dependencies).
 run python3 -c 'import gfd.cli, gfd.daemon, gfd.backends.nvml, gfd.backends.tegra, nfd_lite.cli, nfd_lite.service, kubernetes.client, kubernetes.watch'
 
+log "$(run gfd --version)"
 log "gfd --oneshot --backend mock --mock-profile $PROFILE"
 run gfd --oneshot --backend mock --mock-profile "$PROFILE" --output-file /features/source.d/gfd
 grep -qx 'nvidia.com/gpu.present=true' "$work/features/source.d/gfd" || die "gfd wrote no nvidia.com/gpu.present=true"
