@@ -12,6 +12,7 @@
 //	MOCK_NVML_MIG_GPUS comma-separated GPU indices that get MIG (default: all)
 //	MOCK_NVML_NUM_DEVICES keep only the first N GPUs of the machine
 //	MOCK_NVML_VIRTUALIZATION_MODE none (default: bare metal), passthrough, vgpu (a vGPU guest), host-vgpu
+//	MOCK_NVML_INIT_LOG a file the library appends a line to on every nvmlInit (read by the bridge)
 package machine
 
 import (
