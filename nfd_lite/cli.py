@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from nfd_lite.client import NodeApi
 
 log = logging.getLogger("nfd_lite")
+DISTRIBUTION = "gpu-labeller"  # the package nfd-lite ships in; --version reports its version
 DEFAULT_DIRS = (
     "/etc/kubernetes/node-feature-discovery/source.d",
     "/etc/kubernetes/node-feature-discovery/features.d",
@@ -35,6 +36,25 @@ class UsageError(Exception):
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(message)
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` shows each flag's default, except where there is none to show (off, unset, empty) or
+    its help already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, False, [], "") or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(DISTRIBUTION)
+    except PackageNotFoundError:
+        return "(not installed)"
 
 
 def _positive(text: str) -> float:
@@ -58,12 +78,38 @@ def _count(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="nfd-lite", description="Keep this node's labels equal to its NFD feature files.")
-    p.add_argument("command", nargs="?", choices=["run", "prune"], default="run")
-    p.add_argument("--node-name", default=os.environ.get("NODE_NAME", ""), help="this node (env NODE_NAME)")
+    p = _Parser(
+        prog="nfd-lite",
+        description="Keep this node's labels equal to its NFD feature files.",
+        epilog="Exit status: 0 done; 1 the API server refused or stayed unreachable (--oneshot, prune); "
+        "2 bad flags or configuration, said in one 'nfd-lite: error:' line.",
+        formatter_class=_HelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"nfd-lite {_version()}")
+    p.add_argument(
+        "command",
+        nargs="?",
+        choices=["run", "prune"],
+        default="run",
+        help="run: keep the labels in sync; prune: remove every label it owns and exit",
+    )
+    p.add_argument(
+        "--node-name", default=os.environ.get("NODE_NAME", ""), help="this node (default: env NODE_NAME)"
+    )
     p.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: in-cluster service account)")
-    p.add_argument("--features-dir", action="append", type=Path, dest="dirs", help="repeatable")
-    p.add_argument("--allow-prefix", action="append", dest="prefixes", help="repeatable label-key prefix")
+    p.add_argument(
+        "--features-dir",
+        action="append",
+        type=Path,
+        dest="dirs",
+        help=f"repeatable, read in the order given (default: {' and '.join(DEFAULT_DIRS)})",
+    )
+    p.add_argument(
+        "--allow-prefix",
+        action="append",
+        dest="prefixes",
+        help=f"repeatable label-key prefix (default: {' and '.join(DEFAULT_ALLOW_PREFIXES)})",
+    )
     p.add_argument(
         "--allow-key",
         action="append",
@@ -87,7 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--watch-timeout", type=int, default=1800, help="seconds one Node watch request lasts")
     p.add_argument("--metrics-address", default=":8081", help="host:port for /metrics, /healthz; '' disables")
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="log verbosity"
+    )
     return p
 
 
@@ -216,6 +264,10 @@ def main(argv: list[str] | None = None) -> int:
             level=args.log_level.upper(), stream=sys.stderr, format="nfd-lite: %(levelname)s: %(message)s"
         )
         if args.dry_run:
+            for directory in dirs:
+                # A typo would otherwise read as "no labels"; one that is not a directory is in "rejected".
+                if not directory.exists():
+                    log.warning("--features-dir %s: no such directory; nothing is read from it", directory)
             try:
                 print(
                     json.dumps(dry_run(dirs, policy, args.overwrite, _limits(args)), indent=2, sort_keys=True)
@@ -236,3 +288,5 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as err:
         print(f"nfd-lite: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C where no handler of our own is in place: start-up, prune
+        return 128 + signal.SIGINT

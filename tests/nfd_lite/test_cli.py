@@ -435,3 +435,75 @@ def test_dry_run_into_a_pipe_closed_early_exits_quietly(tmp_path: Path) -> None:
     proc.stdout.close()  # as `| head -1` does: the rest of the output has nowhere to go
     assert proc.wait(timeout=30) == 0
     assert b"Traceback" not in proc.stderr.read()
+
+
+def test_version_is_the_installed_package_version() -> None:
+    from importlib.metadata import version
+
+    code, out, err = _nfd_lite("--version")
+    assert code == 0 and err == ""
+    assert out == f"nfd-lite {version('gpu-labeller')}\n"
+
+
+def test_help_shows_the_defaults() -> None:
+    code, out, _ = _nfd_lite("--help")
+    assert code == 0
+    text = " ".join(out.split())  # argparse wraps lines at the terminal width
+    for shown in (
+        "(default: run)",
+        "(default: env NODE_NAME)",
+        "(default: in-cluster service account)",
+        "(default: /etc/kubernetes/node-feature-discovery/source.d and",
+        "(default: nvidia.com/ and feature.node.kubernetes.io/)",
+        "seconds between safety rescans (default: 60.0)",
+        "(default: 0.002)",
+        "(default: 1800)",
+        "(default: :8081)",
+        "(default: info)",
+        "2 bad flags or configuration",
+    ):
+        assert shown in text, shown
+    assert "(default: None)" not in text and "(default: False)" not in text
+
+
+def test_dry_run_names_a_missing_features_dir_and_still_prints(tmp_path: Path) -> None:
+    features = tmp_path / "features.d"
+    features.mkdir()
+    (features / "gfd").write_text("nvidia.com/gpu.count=2\n")
+    missing = tmp_path / "featurs.d"
+    code, out, err = _nfd_lite("--dry-run", "--features-dir", str(missing), "--features-dir", str(features))
+    assert code == 0
+    assert json.loads(out)["labels"] == {"nvidia.com/gpu.count": "2"}
+    assert "Traceback" not in err
+    assert err.splitlines() == [
+        f"nfd-lite: WARNING: --features-dir {missing}: no such directory; nothing is read from it"
+    ]
+
+
+def test_ctrl_c_during_prune_ends_quietly(tmp_path: Path) -> None:
+    with socket.socket() as silent:  # accepts connections (backlog) and never answers: the GET hangs
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(_yaml(_kubeconfig({"server": f"http://127.0.0.1:{silent.getsockname()[1]}"})))
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        argv = ["prune", "--node-name", NODE, "--kubeconfig", str(kubeconfig)]
+        # As a terminal delivers it: a child started from a non-interactive shell may inherit SIGINT ignored.
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "nfd_lite", *argv],
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+        silent.settimeout(15)
+        try:
+            connection, _ = silent.accept()  # prune's first request now waits for its answer
+            with connection:
+                proc.send_signal(signal.SIGINT)
+                assert proc.wait(timeout=15) == 128 + signal.SIGINT
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert "Traceback" not in (proc.stderr.read() if proc.stderr else "")
