@@ -4,6 +4,7 @@ cluster must hold for it (the API server's endpoints, the Prometheus Operator's 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -20,6 +21,8 @@ def helm(
     which: str, kube: ControlPlane, tmp: Path, *args: str, values: dict[str, Any] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """``helm ARGS --kubeconfig ADMIN`` with HOME and helm's directories inside ``tmp``."""
+    if not os.access(TOOLS.helm(which), os.X_OK):
+        raise AssertionError(f"{TOOLS.helm(which)} is missing: run scripts/install-tools.sh")
     return run_helm(TOOLS, which, *args, "--kubeconfig", str(kube.admin_kubeconfig), values=values, tmp=tmp)
 
 
@@ -36,6 +39,23 @@ def install(
 def manifest_objects(release_json: str) -> list[dict[str, Any]]:
     """The objects helm created for the release (its manifest; test hooks are not created on install)."""
     return documents(json.loads(release_json)["manifest"])
+
+
+def hook_manifests(release_json: str) -> str:
+    """The release's hooks (the ``helm test`` pod and its NetworkPolicy), which install does not create."""
+    return "\n---\n".join(hook["manifest"] for hook in json.loads(release_json).get("hooks") or [])
+
+
+def server_dry_run(kube: ControlPlane, namespace: str, manifests: str, tmp: Path) -> list[str]:
+    """Create ``manifests`` with ``dryRun=All``: validated and admitted (Pod Security enforced on pods)
+    exactly as a real create, but not stored. The names kubectl reports as created."""
+    path = tmp / "dry-run.yaml"
+    path.write_text(manifests)
+    result = kube.kubectl(
+        "create", "--dry-run=server", "-n", namespace, "-f", str(path), "-o", "name", check=False
+    )
+    assert result.returncode == 0, f"the server refused {path.name}:\n{result.stderr}"
+    return result.stdout.split()
 
 
 def ref(obj: dict[str, Any]) -> str:
@@ -69,13 +89,15 @@ def release_secrets(kube: ControlPlane, namespace: str) -> list[str]:
 
 def create_namespace(kube: ControlPlane, name: str, enforce: str, warn: str = "restricted") -> None:
     """A namespace as docs/deploy.md prepares it, enforcing the Pod Security level ``enforce``; the API
-    server warns whenever a workload's pods would break ``warn``."""
+    server warns whenever a workload's pods would break ``warn``. With its `default` ServiceAccount, which
+    a cluster's controller adds (pods that name none are admitted only when it exists)."""
     labels = {"pod-security.kubernetes.io/enforce": enforce, "pod-security.kubernetes.io/warn": warn}
     kube.must(
         "POST",
         "/api/v1/namespaces",
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}},
     )
+    kube.ensure_service_account(name, "default")
 
 
 def publish_api_server_endpoints(kube: ControlPlane, address: str, port: int) -> None:
