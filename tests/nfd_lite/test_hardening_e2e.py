@@ -30,12 +30,14 @@ def test_warnings_are_logged_once_per_change_escaped_and_without_content(
         write_atomic(w.dir, "b", "nvidia.com/gpu.count=4\nnvidia.com/gpu.product=has SECRET space\n")
         write_atomic(w.dir, forged, "nvidia.com/gpu.deploy.driver=false\n")
         assert eventually(lambda: ours(cluster).get("nvidia.com/gpu.count") == "4")
+        write_atomic(w.dir, "a", "nvidia.com/gpu.count=2\n\0")  # turns bad: its last good content stays
         for _ in range(3):  # periodic rescans find the same files: nothing new to say
             w.settle()
         assert eventually(lambda: w.service.syncs > 3)
     messages = [r.getMessage() for r in caplog.records]
     assert sum("overrides nvidia.com/gpu.count" in m for m in messages) == 1
     assert sum("invalid-value" in m for m in messages) == 1
+    assert sum("keeping its last good content" in m for m in messages) == 1
     (control,) = [m for m in messages if "control-label" in m]
     assert "x\\nnfd-lite: INFO: patched node gpu-1:1 nvidia.com/gpu.deploy.driver" in control
     assert all("\n" not in m and "SECRET" not in m for m in messages)
