@@ -244,6 +244,21 @@ def _check_kubeconfig(document: dict[str, Any], base: Path) -> tuple[str, dict[s
     return cluster_name, cluster, str(user_name)
 
 
+class _LoaderErrors(logging.Filter):
+    """Takes the errors the client's loader logs on the root logger instead of raising them (a failed
+    exec credential plugin), which would otherwise show as a log line and then as 401s."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR:
+            self.messages.append(record.getMessage())
+            return False
+        return True
+
+
 def kubeconfig_configuration(path: Path) -> Configuration:
     """The client configuration of ``path``'s current context. Every mistake in the file is one
     ConfigError line naming the file; the client's own loader would crash on most of them."""
@@ -257,6 +272,8 @@ def kubeconfig_configuration(path: Path) -> Configuration:
     except ConfigError as err:
         raise ConfigError(f"{where}: {err}") from None
     config = Configuration()
+    loader_errors = _LoaderErrors()
+    logging.getLogger().addFilter(loader_errors)  # a logger's filter sees only records logged on it
     try:
         # No config_persister: the loader must never rewrite the user's file (it would after a token refresh).
         KubeConfigLoader(document, config_base_path=str(base)).load_and_set(config)
@@ -270,6 +287,11 @@ def kubeconfig_configuration(path: Path) -> Configuration:
         # What the checks above do not foresee (auth-provider and exec sections, token files): the loader
         # reports it as whatever its indexing raised.
         raise ConfigError(f"{where}: malformed kubeconfig ({type(err).__name__}: {err})") from None
+    finally:
+        logging.getLogger().removeFilter(loader_errors)
+    if loader_errors.messages:
+        problem = loader_errors.messages[0].removeprefix("exec: ")
+        raise ConfigError(f"{where}: user {user_name!r}: exec credential plugin failed: {problem}")
     if config.host.startswith("https:"):
         ca_what = f"cluster {cluster_name!r}: certificate-authority"
         if not cluster.get("certificate-authority-data"):

@@ -253,6 +253,8 @@ def _yaml(document: object) -> str:
     return yaml.safe_dump(document)
 
 
+EXEC_API = "client.authentication.k8s.io/v1beta1"
+
 # (file content, what the one error line says after "--kubeconfig FILE: ")
 BROKEN_KUBECONFIGS: dict[str, tuple[str | bytes, str]] = {
     "empty": ("", "the file is empty"),
@@ -302,6 +304,25 @@ BROKEN_KUBECONFIGS: dict[str, tuple[str | bytes, str]] = {
             _kubeconfig({"server": "https://127.0.0.1:6443", "certificate-authority": "/nonexistent/ca.crt"})
         ),
         "cluster 'c': certificate-authority /nonexistent/ca.crt: missing or not a file",
+    ),
+    "exec plugin not installed": (
+        _yaml(
+            _kubeconfig(
+                users=[
+                    {
+                        "name": "u",
+                        "user": {"exec": {"apiVersion": EXEC_API, "command": "/nonexistent/plugin"}},
+                    }
+                ]
+            )
+        ),
+        "user 'u': exec credential plugin failed: [Errno 2] No such file or directory: '/nonexistent/plugin'",
+    ),
+    "exec plugin failing": (
+        _yaml(
+            _kubeconfig(users=[{"name": "u", "user": {"exec": {"apiVersion": EXEC_API, "command": "false"}}}])
+        ),
+        "user 'u': exec credential plugin failed: process returned 1",
     ),
     "client certificate not a file name": (
         _yaml(_kubeconfig(users=[{"name": "u", "user": {"client-certificate": 7, "client-key": "c.key"}}])),
@@ -507,3 +528,17 @@ def test_ctrl_c_during_prune_ends_quietly(tmp_path: Path) -> None:
                 proc.kill()
                 proc.wait()
     assert "Traceback" not in (proc.stderr.read() if proc.stderr else "")
+
+
+def test_a_working_exec_credential_plugin_supplies_the_token(tmp_path: Path) -> None:
+    from nfd_lite.client import kubeconfig_configuration
+
+    plugin = tmp_path / "plugin"
+    credential = {"apiVersion": EXEC_API, "kind": "ExecCredential", "status": {"token": "from-plugin"}}
+    plugin.write_text(f"#!/bin/sh\necho '{json.dumps(credential)}'\n")
+    plugin.chmod(0o755)
+    kubeconfig = tmp_path / "kubeconfig"
+    exec_user = {"exec": {"apiVersion": EXEC_API, "command": str(plugin)}}
+    kubeconfig.write_text(_yaml(_kubeconfig(users=[{"name": "u", "user": exec_user}])))
+    config = kubeconfig_configuration(kubeconfig)
+    assert config.get_api_key_with_prefix("BearerToken") == "Bearer from-plugin"
