@@ -5,6 +5,7 @@ details (races, changing files, caps) are unit tests of the parser and FeatureSt
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
@@ -412,3 +413,29 @@ def test_dry_run_lists_and_logs_lines_dropped_as_expired(tmp_path: Path) -> None
         ("f", 3, "nvidia.com/gpu.old")
     ]
     assert f"nfd-lite: INFO: {tmp_path}/f:3 nvidia.com/gpu.old: expired" in err
+
+
+def test_permission_denied_is_a_rejection_even_for_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Root is not refused by file modes, so the kernel's EACCES is stood in for at the open."""
+    features = tmp_path / "features.d"
+    features.mkdir()
+    (features / "gfd").write_text("nvidia.com/gpu.count=2\n")
+    (features / "locked").write_text("k=1\n")
+    (tmp_path / "closed").mkdir()
+    real_open = os.open
+
+    def open_denied(path: Any, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
+        if str(path) in ("locked", str(tmp_path / "closed")):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+        return real_open(path, flags, mode, dir_fd=dir_fd)
+
+    monkeypatch.setattr(parser.os, "open", open_denied)
+    state = FeatureState([tmp_path / "closed", features], Policy())
+    state.rescan(NOW)
+    assert state.labels(NOW) == {"nvidia.com/gpu.count": "2"}
+    assert [(Path(r.file).name, r.reason, r.detail) for r in state.rejected] == [
+        ("closed", parser.DIR_UNREADABLE, "Permission denied"),
+        ("locked", parser.UNREADABLE, "Permission denied"),
+    ]
