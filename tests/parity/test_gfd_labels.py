@@ -147,3 +147,28 @@ def test_machine_type_equals_nvidias(tmp_path: Path, content: str) -> None:
         assert mine == nvidias
     else:  # documented: NVIDIA writes a value Kubernetes refuses; ours is made valid instead
         assert value_problem(mine) is None and nvidias.startswith(mine)
+
+
+CLUSTER = "61248eac-4785-4fbf-9cbd-231635e37e9d"
+FABRICS = {
+    "one-clique": (f"{CLUSTER}.20663", ""),
+    "registering": (f"{CLUSTER}.20663", "1"),  # nvmlGpuFabricState_t 1: not yet completed
+    "two-cliques": (f"{CLUSTER}.1,{CLUSTER}.2", ""),
+    "two-clusters": (f"{CLUSTER}.7,7f2a1c3e-1b2c-4d5e-8f90-a1b2c3d4e5f6.7", ""),
+}
+
+
+@pytest.mark.parametrize("fabric", list(FABRICS))
+@pytest.mark.parametrize("layout", ["mig-off", "mig-1g-twice"])
+def test_clique_equals_nvidias(tmp_path: Path, fabric: str, layout: str) -> None:
+    peers.require()
+    spec, state = FABRICS[fabric]
+    env = peers.mock_env("dgxb200", *LAYOUTS[layout]) | {"MOCK_NVML_FABRIC": spec}
+    if state:
+        env["MOCK_NVML_FABRIC_STATE"] = state
+    machine_file = tmp_path / "product_name"
+    machine_file.write_text(MACHINE_TYPE + "\n")
+    flags = [f"--machine-type-file={machine_file}", "--mig-strategy=mixed"]
+    theirs, ours = _theirs(env, flags, tmp_path), _ours(env, flags)
+    assert (theirs.code, ours.code) == (0, 0), ours.stderr
+    assert _without_extras(ours.labels) == theirs.labels

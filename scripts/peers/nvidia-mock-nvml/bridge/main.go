@@ -58,6 +58,21 @@ typedef struct {
 	nvmlPlacement_t placement;
 } nvmlComputeInstanceInfo_t;
 
+typedef struct {
+	unsigned char clusterUuid[16];
+	nvmlReturn_t status;
+	unsigned int cliqueId;
+	unsigned char state;
+} nvmlGpuFabricInfo_t;
+typedef struct {
+	unsigned int version;
+	unsigned char clusterUuid[16];
+	nvmlReturn_t status;
+	unsigned int cliqueId;
+	unsigned char state;
+	unsigned int healthMask;
+} nvmlGpuFabricInfo_v2_t;
+
 static void put(char *dst, const char *src, unsigned int len) {
 	if (len == 0) return;
 	strncpy(dst, src, len - 1);
@@ -739,16 +754,43 @@ func nvmlComputeInstanceGetInfo(h C.nvmlComputeInstance_t, out *C.nvmlComputeIns
 	return nvmlComputeInstanceGetInfo_v2(h, out)
 }
 
-// ---- fabric: go-nvml's machines have no NVLink fabric ----
+// ---- fabric: none unless MOCK_NVML_FABRIC gives one ----
 
-//export nvmlDeviceGetGpuFabricInfo
-func nvmlDeviceGetGpuFabricInfo(h C.nvmlDevice_t, info unsafe.Pointer) C.nvmlReturn_t {
-	return notSupported
+func fabric(h C.nvmlDevice_t) (nvml.GpuFabricInfo, C.nvmlReturn_t) {
+	d, ok := gpu(h)
+	if !ok {
+		return nvml.GpuFabricInfo{}, invalidArgument
+	}
+	if len(state.machine.Fabric) == 0 {
+		return nvml.GpuFabricInfo{}, notSupported
+	}
+	return state.machine.Fabric[d.Index], success
 }
 
+//export nvmlDeviceGetGpuFabricInfo
+func nvmlDeviceGetGpuFabricInfo(h C.nvmlDevice_t, out *C.nvmlGpuFabricInfo_t) C.nvmlReturn_t {
+	info, ret := fabric(h)
+	if ret != success || out == nil {
+		return ret
+	}
+	*out = C.nvmlGpuFabricInfo_t{status: C.int(info.Status), cliqueId: C.uint(info.CliqueId), state: C.uchar(info.State)}
+	C.memcpy(unsafe.Pointer(&out.clusterUuid[0]), unsafe.Pointer(&info.ClusterUuid[0]), 16)
+	return success
+}
+
+// nvmlDeviceGetGpuFabricInfoV fills the fields every version has (v2 onwards: version, health mask).
+//
 //export nvmlDeviceGetGpuFabricInfoV
-func nvmlDeviceGetGpuFabricInfoV(h C.nvmlDevice_t, info unsafe.Pointer) C.nvmlReturn_t {
-	return notSupported
+func nvmlDeviceGetGpuFabricInfoV(h C.nvmlDevice_t, out *C.nvmlGpuFabricInfo_v2_t) C.nvmlReturn_t {
+	info, ret := fabric(h)
+	if ret != success || out == nil {
+		return ret
+	}
+	*out = C.nvmlGpuFabricInfo_v2_t{
+		version: out.version, status: C.int(info.Status), cliqueId: C.uint(info.CliqueId), state: C.uchar(info.State),
+	}
+	C.memcpy(unsafe.Pointer(&out.clusterUuid[0]), unsafe.Pointer(&info.ClusterUuid[0]), 16)
+	return success
 }
 
 func main() {}

@@ -12,6 +12,9 @@
 //	MOCK_NVML_MIG_GPUS comma-separated GPU indices that get MIG (default: all)
 //	MOCK_NVML_NUM_DEVICES keep only the first N GPUs of the machine
 //	MOCK_NVML_VIRTUALIZATION_MODE none (default: bare metal), passthrough, vgpu (a vGPU guest), host-vgpu
+//	MOCK_NVML_FABRIC   the NVLink fabric: "<clusterUUID>.<cliqueId>" for every GPU, or a comma-separated
+//	                   list, one per GPU (the last one repeats); unset: no fabric (Not Supported)
+//	MOCK_NVML_FABRIC_STATE the fabric registration state (nvmlGpuFabricState_t, default 3: completed)
 //	MOCK_NVML_INIT_LOG a file the library appends a line to on every nvmlInit (read by the bridge)
 package machine
 
@@ -21,6 +24,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/google/uuid"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
@@ -50,9 +55,11 @@ type Machine struct {
 	Name string
 	// VirtualizationMode is every GPU's nvmlGpuVirtualizationMode_t.
 	VirtualizationMode nvml.GpuVirtualizationMode
-	Server             *server.Server
-	Devices            []*server.Device
-	Migs               map[*server.Device][]*Mig
+	// Fabric is each GPU's NVLink fabric registration; empty: no fabric.
+	Fabric  []nvml.GpuFabricInfo
+	Server  *server.Server
+	Devices []*server.Device
+	Migs    map[*server.Device][]*Mig
 }
 
 func newServer(name string) (*server.Server, error) {
@@ -96,6 +103,9 @@ func FromLookup(getenv func(string) string) (*Machine, error) {
 		return nil, fmt.Errorf("MOCK_NVML_VIRTUALIZATION_MODE=%q: not none, passthrough, vgpu or host-vgpu", getenv("MOCK_NVML_VIRTUALIZATION_MODE"))
 	}
 	m.VirtualizationMode = mode
+	if err := m.setFabric(getenv("MOCK_NVML_FABRIC"), getenv("MOCK_NVML_FABRIC_STATE")); err != nil {
+		return nil, err
+	}
 	if getenv("MOCK_NVML_NUM_DEVICES") == "" {
 		return m, nil
 	}
@@ -208,4 +218,30 @@ func parseIndices(s string, n int) ([]int, error) {
 		out = append(out, i)
 	}
 	return out, nil
+}
+
+func (m *Machine) setFabric(spec, state string) error {
+	if spec == "" {
+		return nil
+	}
+	st := uint8(nvml.GPU_FABRIC_STATE_COMPLETED)
+	if state != "" {
+		n, err := strconv.ParseUint(state, 10, 8)
+		if err != nil {
+			return fmt.Errorf("MOCK_NVML_FABRIC_STATE=%q: not a fabric state number", state)
+		}
+		st = uint8(n)
+	}
+	entries := strings.Split(spec, ",")
+	for i := range m.Devices {
+		entry := entries[min(i, len(entries)-1)]
+		cluster, clique, ok := strings.Cut(strings.TrimSpace(entry), ".")
+		id, uerr := uuid.Parse(cluster)
+		n, cerr := strconv.ParseUint(clique, 10, 32)
+		if !ok || uerr != nil || cerr != nil {
+			return fmt.Errorf("MOCK_NVML_FABRIC=%q: %q is not <clusterUUID>.<cliqueId>", spec, entry)
+		}
+		m.Fabric = append(m.Fabric, nvml.GpuFabricInfo{ClusterUuid: id, Status: uint32(nvml.SUCCESS), CliqueId: uint32(n), State: st})
+	}
+	return nil
 }
