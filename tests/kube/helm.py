@@ -74,9 +74,14 @@ def get_objects(kube: ControlPlane, namespace: str, refs: list[str]) -> dict[str
     return {ref(item): item for item in items}
 
 
-def remaining(kube: ControlPlane, namespace: str, refs: list[str]) -> list[str]:
-    result = kube.kubectl("get", "-n", namespace, *refs, "--ignore-not-found", "-o", "name")
-    return result.stdout.split()
+def of_release(kube: ControlPlane, release: str, objects: list[dict[str, Any]]) -> set[str]:
+    """Every object in any namespace labelled as part of ``release``, among the kinds the release has
+    plus Pods (the ``helm test`` hook) and ConfigMaps."""
+    kinds = {"pods", "configmaps"} | {ref(obj).partition("/")[0] for obj in objects}
+    result = kube.kubectl(
+        "get", ",".join(sorted(kinds)), "-A", "-l", f"app.kubernetes.io/instance={release}", "-o", "name"
+    )
+    return set(result.stdout.split())
 
 
 def release_secrets(kube: ControlPlane, namespace: str) -> list[str]:

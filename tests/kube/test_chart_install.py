@@ -27,10 +27,10 @@ from tests.kube.helm import (
     install_service_monitor_crd,
     manifest_objects,
     not_kept,
+    of_release,
     publish_api_server_endpoints,
     ref,
     release_secrets,
-    remaining,
     server_dry_run,
     type_check_warnings,
 )
@@ -88,9 +88,11 @@ def test_install_is_accepted_and_uninstall_removes_everything(
     if CASES[entry].get("tests", {}).get("enabled", True):
         assert len(server_dry_run(cluster, name, hooks, tmp_path)) == 2
 
+    assert of_release(cluster, name, objects) == set(refs)  # all labelled as the release's, nothing else
+
     gone = helm(which, cluster, tmp_path, "uninstall", name, "-n", name)
     assert gone.returncode == 0, gone.stderr
-    assert remaining(cluster, name, refs) == []
+    assert of_release(cluster, name, objects) == set()
     assert release_secrets(cluster, name) == []
 
 
