@@ -51,7 +51,9 @@ def test_every_tricky_label_and_annotation_gets_the_real_servers_answer(
         expected = verdict(real.status, real.json())
         got = verdict(*fake_patch(apiserver, node, patch))
         if got != expected:
-            mismatches.append(f"{patch}:\n  real: {expected}\n  fake: {got}")
+            mismatches.append(
+                f"{str(patch)[:200]}:\n  real: {str(expected)[:1000]}\n  fake: {str(got)[:1000]}"
+            )
     assert not mismatches, "\n".join(mismatches)
     assert apiserver.labels(node) == {}  # dry run: nothing stored
 
