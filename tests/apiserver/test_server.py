@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -166,7 +167,7 @@ def test_kubeconfig_works_with_the_official_loader(nodes: FakeApiServer, tmp_pat
 
 
 def test_requests_are_logged_with_their_user(nodes: FakeApiServer, writer: Any) -> None:
-    with pytest.raises(client.ApiException):  # logged whether admitted or not
+    with contextlib.suppress(client.ApiException):  # logged whether admitted or not
         writer.patch_node("gpu-2", merge({"nvidia.com/a": "1"}), _content_type="application/merge-patch+json")
     last = nodes.requests[-1]
     assert (last.method, last.path, last.content_type, last.user) == (
