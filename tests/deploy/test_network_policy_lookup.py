@@ -11,6 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
 import pytest
 import yaml
 
@@ -172,6 +173,7 @@ def _api_egress(tools: Tools, which: str, kubeconfig: Path, tmp: Path, *extra: s
     (policy,) = [
         p for p in by_kind(documents(proc.stdout), "NetworkPolicy") if p["metadata"]["name"] == RELEASE
     ]
+    kubernetes_validate.validate(policy, "1.30.0", strict=True)
     dns, api = policy["spec"]["egress"]
     assert {p["port"] for p in dns["ports"]} == {53}
     return {"cidrs": [t["ipBlock"]["cidr"] for t in api["to"]], "ports": [p["port"] for p in api["ports"]]}
