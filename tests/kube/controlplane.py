@@ -1,11 +1,12 @@
-"""A real Kubernetes control plane for tests: etcd and kube-apiserver, built from their pinned Go modules by
-``scripts/peers/build.sh kubernetes`` (see scripts/peers/kubernetes), on free loopback ports.
+"""A real Kubernetes control plane for tests: etcd, kube-apiserver and kube-controller-manager, built from
+their pinned Go modules by ``scripts/peers/build.sh kubernetes`` (scripts/peers/kubernetes), on free loopback
+ports.
 
 It runs what a cluster runs for the label writer's purposes: authentication of pod-bound service-account
 tokens (with the node-name and node-uid claims), RBAC, the default admission plugins including
-ValidatingAdmissionPolicy, server-side validation and the watch cache. No kubelet, scheduler or controllers
-run: Nodes and Pods are plain objects created here, which is all a TokenRequest needs.
-"""
+ValidatingAdmissionPolicy, server-side validation and the watch cache. Of the controllers only the one that
+type-checks admission policies runs; no kubelet or scheduler: Nodes and Pods are plain objects created here,
+which is all a TokenRequest needs."""
 
 from __future__ import annotations
 
@@ -78,8 +79,10 @@ class ControlPlane:
         self.port = 0
         self.etcd_port = 0
         self._processes: list[subprocess.Popen[bytes]] = []
+        self.apiserver: subprocess.Popen[bytes]
         self.ca = workdir / "apiserver.crt"
         self.admin_kubeconfig = workdir / "admin.kubeconfig"
+        self.audit_log = workdir / "audit.log"
 
     # ---- lifecycle ----
 
@@ -97,7 +100,7 @@ class ControlPlane:
         self.stop()
 
     def start(self) -> None:
-        for name in ("etcd", "kube-apiserver"):
+        for name in ("etcd", "kube-apiserver", "kube-controller-manager"):
             if not os.access(self.binaries / name, os.X_OK):
                 raise ControlPlaneError(f"{self.binaries / name} is missing: {BUILD_HINT}")
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -112,6 +115,7 @@ class ControlPlane:
         self._start_etcd()
         self._start_apiserver(sa_key, sa_pub, tokens)
         self._write_kubeconfig(self.admin_kubeconfig, self.admin_token)
+        self._start_controller_manager()
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - the process owns it until stop()
@@ -149,8 +153,8 @@ class ControlPlane:
             return False
 
     def _start_apiserver(self, sa_key: Path, sa_pub: Path, tokens: Path) -> None:
-        self.port = free_port()
-        process = self._spawn(
+        self.port = self.port or free_port()
+        self.apiserver = self._spawn(
             "kube-apiserver",
             [
                 f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
@@ -169,11 +173,66 @@ class ControlPlane:
                 # No kubelets or controllers run, so nothing should reconcile the `kubernetes` Service
                 # endpoints to a loopback address (which validation would refuse on every attempt).
                 "--endpoint-reconciler-type=none",
+                f"--audit-policy-file={self._audit_policy()}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-mode=blocking",  # an event is on disk before the response: counts are exact
                 "--profiling=false",
                 "--v=1",
             ],
         )
-        self._wait(process, "kube-apiserver", lambda: self.request("GET", "/readyz").status == 200, 90)
+        self._wait(self.apiserver, "kube-apiserver", lambda: self.request("GET", "/readyz").status == 200, 90)
+
+    def _audit_policy(self) -> Path:
+        path = self.workdir / "audit-policy.json"
+        policy = {
+            "apiVersion": "audit.k8s.io/v1",
+            "kind": "Policy",
+            "omitStages": ["RequestReceived"],
+            "rules": [{"level": "Metadata"}],
+        }
+        path.write_text(json.dumps(policy))
+        return path
+
+    def requests(self, username: str | None = None) -> list[dict[str, Any]]:
+        """Every request the server has answered (or, for a watch, started answering), oldest first, one
+        entry each, as its audit log records them: verb, requestURI, user, userAgent, responseStatus."""
+        seen: set[str] = set()
+        events: list[dict[str, Any]] = []
+        with contextlib.suppress(FileNotFoundError), open(self.audit_log) as log:
+            for line in log:
+                event = json.loads(line)
+                if event["auditID"] in seen:
+                    continue
+                if username is not None and event["user"].get("username") != username:
+                    continue
+                seen.add(event["auditID"])
+                events.append(event)
+        return events
+
+    def restart_apiserver(self) -> None:
+        """Kill kube-apiserver and start it again on the same port and etcd, as a crash or an upgrade
+        does: open watches break, and its watch cache starts afresh at the current resourceVersion."""
+        self.apiserver.kill()  # a graceful stop waits for open watches to drain
+        self.apiserver.wait(30)
+        self._processes.remove(self.apiserver)
+        self._start_apiserver(self.workdir / "sa.key", self.workdir / "sa.pub", self.workdir / "tokens.csv")
+
+    def _start_controller_manager(self) -> None:
+        """Only the controller that type-checks ValidatingAdmissionPolicies and writes their status."""
+        process = self._spawn(
+            "kube-controller-manager",
+            [
+                f"--kubeconfig={self.admin_kubeconfig}",
+                "--controllers=validatingadmissionpolicy-status-controller",
+                "--leader-elect=false",
+                "--secure-port=0",
+                "--v=1",
+            ],
+        )
+        time.sleep(0.5)
+        if process.poll() is not None:
+            log = _tail(self.workdir / "kube-controller-manager.log")
+            raise ControlPlaneError(f"kube-controller-manager exited with {process.returncode}:\n{log}")
 
     def _wait(self, process: subprocess.Popen[bytes], name: str, ready: Any, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
