@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from nfd_lite.policy import DEFAULT_ALLOW_PREFIXES
+from nfd_lite.policy import CONTROL_LABELS, DEFAULT_ALLOW_PREFIXES
 from nfd_lite.reconciler import OWNED_ANNOTATION
 from tests.apiserver.admission import evaluate
 from tests.apiserver.auth import Attributes, Rbac, service_account_user
@@ -148,3 +148,9 @@ def test_the_policy_allows_what_the_writer_writes() -> None:
     variables = {v["name"]: v["expression"] for v in spec["variables"]}
     assert tuple(evaluate(variables["allowedPrefixes"], {})) == DEFAULT_ALLOW_PREFIXES
     assert f"'{OWNED_ANNOTATION}'" in "".join(v["expression"] for v in spec["validations"])
+
+
+def test_the_policy_refuses_the_same_control_labels_as_the_writer() -> None:
+    variables = {v["name"]: v["expression"] for v in one("ValidatingAdmissionPolicy")["spec"]["variables"]}
+    assert set(evaluate(variables["controlLabels"], {})) == set(CONTROL_LABELS.exact)
+    assert set(evaluate(variables["controlPrefixes"], {})) == set(CONTROL_LABELS.prefixes)

@@ -1,0 +1,290 @@
+"""The admission policy, by real requests with the writer's real pod-bound token on a real kube-apiserver.
+
+Every refusal must come from the policy itself (its own message), not from RBAC or validation, so a test
+here fails if the policy stops being what refuses the request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from nfd_lite.reconciler import OWNED_ANNOTATION
+from tests.kube.controlplane import ApiResponse, ControlPlane
+
+POLICY = "ValidatingAdmissionPolicy 'gpu-labeller-nfd-lite'"
+
+
+def refused(answer: ApiResponse, words: str) -> bool:
+    return answer.status == 403 and POLICY in answer.message and words in answer.message
+
+
+@pytest.fixture
+def own(kube: ControlPlane, new_node: Callable[..., str]) -> tuple[str, str]:
+    """A Node carrying an administrator's labels and taint, and the writer's token bound to it."""
+    node = new_node(
+        {"kubernetes.io/hostname": "x", "team.example.com/owner": "ml", "nvidia.com/mig.config": "all-1g.5gb"}
+    )
+    kube.patch_node(node, {"spec": {"taints": [{"key": "gpu", "value": "true", "effect": "NoSchedule"}]}})
+    return node, kube.pod_token(node)
+
+
+def labels(values: dict[str, Any], owned: str | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"labels": values}
+    if owned is not None:
+        meta["annotations"] = {OWNED_ANNOTATION: owned}
+    return {"metadata": meta}
+
+
+def test_own_labels_under_the_allowed_prefixes_are_admitted(kube: ControlPlane, own: tuple[str, str]) -> None:
+    node, token = own
+    answer = kube.patch_node(
+        node,
+        labels(
+            {"nvidia.com/gpu.count": "2", "feature.node.kubernetes.io/gpu.present": "true"},
+            "feature.node.kubernetes.io/gpu.present,nvidia.com/gpu.count",
+        ),
+        token=token,
+    )
+    assert answer.status == 200, answer.message
+    assert kube.labels(node)["nvidia.com/gpu.count"] == "2"
+
+
+def test_another_node_is_refused(
+    kube: ControlPlane, own: tuple[str, str], new_node: Callable[..., str]
+) -> None:
+    _, token = own
+    other = new_node()
+    answer = kube.patch_node(
+        other, labels({"nvidia.com/gpu.count": "9"}, "nvidia.com/gpu.count"), token=token
+    )
+    assert refused(answer, "may only change its own Node"), answer.message
+    assert "nvidia.com/gpu.count" not in kube.labels(other)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "kubernetes.io/hostname",
+        "node-role.kubernetes.io/control-plane",
+        "node.kubernetes.io/instance-type",
+        "k8s.io/x",
+        "sub.k8s.io/x",
+        "example.com/other",
+    ],
+)
+def test_labels_outside_the_allowed_prefixes_are_refused(
+    kube: ControlPlane, own: tuple[str, str], key: str
+) -> None:
+    node, token = own
+    before = kube.labels(node)
+    answer = kube.patch_node(node, labels({key: "evil"}), token=token)
+    assert refused(answer, "may only change labels under"), answer.message
+    assert kube.labels(node) == before
+
+
+def test_taints_and_spec_are_refused(kube: ControlPlane, own: tuple[str, str]) -> None:
+    node, token = own
+    taint = kube.patch_node(node, {"spec": {"taints": None}}, token=token)
+    assert refused(taint, "may not add, change or remove taints"), taint.message
+    for spec in ({"unschedulable": True}, {"providerID": "aws:///x"}, {"podCIDR": "10.1.0.0/24"}):
+        answer = kube.patch_node(node, {"spec": spec}, token=token)
+        assert refused(answer, "may not change the Node spec"), (spec, answer.message)
+    assert kube.get_node(node)["spec"]["taints"][0]["key"] == "gpu"
+
+
+def test_foreign_annotations_are_refused(kube: ControlPlane, own: tuple[str, str]) -> None:
+    node, token = own
+    answer = kube.patch_node(node, {"metadata": {"annotations": {"example.com/note": "x"}}}, token=token)
+    assert refused(answer, "may only change its annotation"), answer.message
+
+
+def test_a_token_without_the_node_name_claim_is_refused(kube: ControlPlane, own: tuple[str, str]) -> None:
+    node, _ = own
+    unbound = kube.pod_token(node, bind_pod=False)
+    answer = kube.patch_node(
+        node, labels({"nvidia.com/gpu.count": "1"}, "nvidia.com/gpu.count"), token=unbound
+    )
+    assert refused(answer, "no authentication.kubernetes.io/node-name claim"), answer.message
+
+
+def test_status_subresource_is_not_in_rbac(kube: ControlPlane, own: tuple[str, str]) -> None:
+    node, token = own
+    answer = kube.request(
+        "PATCH",
+        f"/api/v1/nodes/{node}/status",
+        labels({"nvidia.com/gpu.count": "1"}),
+        token=token,
+        content_type="application/merge-patch+json",
+    )
+    assert answer.status == 403 and 'cannot patch resource "nodes/status"' in answer.message
+
+
+def test_server_side_apply_of_own_labels_is_admitted(kube: ControlPlane, own: tuple[str, str]) -> None:
+    node, token = own
+    body = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": node,
+            "labels": {"nvidia.com/gpu.count": "8"},
+            "annotations": {OWNED_ANNOTATION: "nvidia.com/gpu.count"},
+        },
+    }
+    answer = kube.request(
+        "PATCH",
+        f"/api/v1/nodes/{node}?fieldManager=nfd-lite&force=true",
+        body,
+        token=token,
+        content_type="application/apply-patch+yaml",
+    )
+    assert answer.status == 200, answer.message
+    assert kube.labels(node)["nvidia.com/gpu.count"] == "8"
+
+
+def test_other_identities_are_not_held_to_the_writers_policy(
+    kube: ControlPlane, own: tuple[str, str]
+) -> None:
+    node, _ = own
+    other_account = kube.pod_token(node, account="other")
+    role = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "gpu-labeller-nfd-lite"}
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": f"other-{node}"},
+        "roleRef": role,
+        "subjects": [{"kind": "ServiceAccount", "name": "other", "namespace": "gpu-labeller"}],
+    }
+    kube.must("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding)
+    try:
+        for token in (None, other_account):  # the admin, and another account with the same RBAC
+            answer = kube.patch_node(node, {"metadata": {"labels": {"kubernetes.io/role": "x"}}}, token=token)
+            assert answer.status == 200, answer.message
+    finally:
+        kube.request("DELETE", f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/other-{node}")
+
+
+# ---- ownership: what RBAC plus prefixes alone let through ----
+
+
+def test_a_label_the_writer_does_not_own_cannot_be_changed(kube: ControlPlane, own: tuple[str, str]) -> None:
+    node, token = own
+    kube.patch_node(node, labels({"nvidia.com/gpu.product": "admin-set"}))
+    answer = kube.patch_node(node, labels({"nvidia.com/gpu.product": "forged"}), token=token)
+    assert refused(answer, "does not own"), answer.message
+    removal = kube.patch_node(node, labels({"nvidia.com/gpu.product": None}), token=token)
+    assert refused(removal, "does not own"), removal.message
+    assert kube.labels(node)["nvidia.com/gpu.product"] == "admin-set"
+
+
+def test_claiming_ownership_of_an_existing_label_is_refused(kube: ControlPlane, own: tuple[str, str]) -> None:
+    node, token = own
+    kube.patch_node(node, labels({"nvidia.com/gpu.product": "admin-set"}))
+    answer = kube.patch_node(
+        node, {"metadata": {"annotations": {OWNED_ANNOTATION: "nvidia.com/gpu.product"}}}, token=token
+    )
+    assert refused(answer, "ownership"), answer.message
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "nvidia.com/mig.config",
+        "nvidia.com/gpu.deploy.driver",
+        "nvidia.com/gpu.workload.config",
+        "nvidia.com/device-plugin.config",
+    ],
+)
+def test_gpu_operator_control_labels_are_refused(kube: ControlPlane, own: tuple[str, str], key: str) -> None:
+    node, token = own
+    before = kube.labels(node)
+    answer = kube.patch_node(node, labels({key: "false"}, key), token=token)
+    assert refused(answer, "control label"), answer.message
+    assert kube.labels(node) == before
+
+
+def _managers(kube: ControlPlane, node: str) -> list[tuple[str, object]]:
+    return [(e["manager"], e.get("fieldsV1")) for e in kube.get_node(node)["metadata"]["managedFields"]]
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        [{}],  # "reset the record"
+        [
+            {
+                "manager": "kubelet",
+                "operation": "Update",
+                "apiVersion": "v1",
+                "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:metadata": {"f:labels": {"f:team.example.com/owner": {}}}},
+            }
+        ],
+    ],
+)
+def test_managed_fields_cannot_be_rewritten(
+    kube: ControlPlane, own: tuple[str, str], forged: list[dict[str, Any]]
+) -> None:
+    node, token = own
+    before = _managers(kube, node)
+    answer = kube.patch_node(node, {"metadata": {"managedFields": forged}}, token=token)
+    assert refused(answer, "managedFields"), answer.message
+    assert _managers(kube, node) == before
+
+
+def test_taking_over_a_label_moves_its_field_ownership_and_is_admitted(
+    kube: ControlPlane, own: tuple[str, str]
+) -> None:
+    """What the server itself does to managedFields when the writer changes a label it owns must pass."""
+    node, token = own
+    kube.request(
+        "PATCH",
+        f"/api/v1/nodes/{node}?fieldManager=kubectl-label",
+        labels({"nvidia.com/gpu.count": "7"}, "nvidia.com/gpu.count"),
+        content_type="application/merge-patch+json",
+    )
+    assert "kubectl-label" in [m for m, _ in _managers(kube, node)]
+    answer = kube.request(
+        "PATCH",
+        f"/api/v1/nodes/{node}?fieldManager=nfd-lite",
+        labels({"nvidia.com/gpu.count": "2"}),
+        token=token,
+        content_type="application/merge-patch+json",
+    )
+    assert answer.status == 200, answer.message
+    assert kube.labels(node)["nvidia.com/gpu.count"] == "2"
+    fields = dict(_managers(kube, node))
+    assert "f:nvidia.com/gpu.count" in str(fields["nfd-lite"])
+    assert "f:nvidia.com/gpu.count" not in str(fields["kubectl-label"])
+
+
+def test_a_token_for_a_deleted_and_recreated_node_is_refused(
+    kube: ControlPlane, new_node: Callable[..., str]
+) -> None:
+    node = new_node()
+    token = kube.pod_token(node)
+    kube.delete_node(node)
+    kube.create_node(node)
+    answer = kube.patch_node(node, labels({"nvidia.com/gpu.count": "1"}, "nvidia.com/gpu.count"), token=token)
+    assert refused(answer, "node-uid"), answer.message
+
+
+def test_owned_labels_under_a_prefix_no_longer_allowed_may_be_removed(
+    kube: ControlPlane, own: tuple[str, str]
+) -> None:
+    """After --allow-prefix (and the policy's prefixes) are narrowed, the writer removes what it owns
+    under the old prefix instead of leaving it orphaned; it still may not set anything there."""
+    node, token = own
+    kube.patch_node(
+        node,
+        labels({"example.com/gpu": "1", "node.kubernetes.io/x": "1"}, "example.com/gpu,node.kubernetes.io/x"),
+    )
+    again = kube.patch_node(node, labels({"example.com/gpu": "2"}), token=token)
+    assert refused(again, "may only change labels under"), again.message
+    reserved = kube.patch_node(node, labels({"node.kubernetes.io/x": None}, "example.com/gpu"), token=token)
+    assert refused(reserved, "may only change labels under"), reserved.message
+    removal = kube.patch_node(node, labels({"example.com/gpu": None}, "node.kubernetes.io/x"), token=token)
+    assert removal.status == 200, removal.message
+    assert "example.com/gpu" not in kube.labels(node)
