@@ -16,7 +16,7 @@ from nfd_lite.features import FeatureState
 from nfd_lite.health import parse_address
 from nfd_lite.parser import Limits
 from nfd_lite.policy import DEFAULT_ALLOW_PREFIXES, Policy, allow_key_problem, prefix_problem
-from nfd_lite.reconciler import NodeState, plan
+from nfd_lite.reconciler import OWNED_ANNOTATION, NodeState, plan
 
 if TYPE_CHECKING:
     from nfd_lite.client import NodeApi
@@ -122,7 +122,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-dir-bytes", type=_count, default=Limits.max_bytes, help="bytes read per feature directory"
     )
-    p.add_argument("--overwrite", action="store_true", help="take over labels someone else already set")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="take over labels someone else already set (only with --allow-without-admission-policy)",
+    )
+    p.add_argument(
+        "--allow-without-admission-policy",
+        action="store_true",
+        help="run where the admission policy is not enforced (RBAC alone lets it change any Node)",
+    )
     p.add_argument("--oneshot", action="store_true", help="sync once and exit")
     p.add_argument("--dry-run", action="store_true", help="print labels, rejections and patch; no API calls")
     p.add_argument("--poll", action="store_true", help="poll the directories instead of inotify")
@@ -208,8 +217,15 @@ def _api(args: argparse.Namespace) -> NodeApi:
 
 def _run(args: argparse.Namespace, policy: Policy, dirs: list[Path]) -> int:
     from nfd_lite.client import ApiError, explain
+    from nfd_lite.selfcheck import PolicyNotEnforced
     from nfd_lite.service import Service, Settings, prune
 
+    if args.overwrite and args.command == "run" and not args.allow_without_admission_policy:
+        raise UsageError(
+            "--overwrite takes labels someone else set, which the admission policy refuses; to hand a "
+            f"label to nfd-lite, add its key to the node's {OWNED_ANNOTATION} annotation, or run "
+            "--overwrite only with --allow-without-admission-policy"
+        )
     api = _api(args)
     try:
         if args.command == "prune":
@@ -221,6 +237,7 @@ def _run(args: argparse.Namespace, policy: Policy, dirs: list[Path]) -> int:
             poll=args.poll, resync_interval=max(args.resync_interval, 1.0), debounce=args.debounce,
             startup_grace=args.startup_grace, watch_timeout=max(args.watch_timeout, 1),
             metrics_address=args.metrics_address or None, limits=_limits(args),
+            require_admission_policy=not args.allow_without_admission_policy,
         )  # fmt: skip
         service = Service(settings, api)
         if args.oneshot:
@@ -246,6 +263,9 @@ def _run(args: argparse.Namespace, policy: Policy, dirs: list[Path]) -> int:
         message = explain(err) if err.status in (401, 403) else f"{err.code}: {err.message}"
         print(f"nfd-lite: error: {message}", file=sys.stderr)
         return 1
+    except PolicyNotEnforced as err:
+        print(f"nfd-lite: error: {err}", file=sys.stderr)
+        return 2
     finally:
         api.close()
 

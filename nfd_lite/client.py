@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 MERGE_PATCH = "application/merge-patch+json"
 USER_AGENT = "nfd-lite/0.1"
+FIELD_MANAGER = "nfd-lite"
 
 
 class ConfigError(Exception):
@@ -403,8 +404,14 @@ class NodeApi:
         node: dict[str, Any] = self._send("GET", self._path)
         return node
 
-    def patch_node(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        node: dict[str, Any] = self._send("PATCH", self._path, body=dict(body), content_type=MERGE_PATCH)
+    def patch_node(self, body: Mapping[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+        """A merge patch; with ``dry_run`` the server runs admission and validation but stores nothing."""
+        # The field manager is named explicitly (not derived from the user agent): the admission policy
+        # tells the writer's own managedFields entry from everyone else's by this name.
+        query = [("fieldManager", FIELD_MANAGER)] + ([("dryRun", "All")] if dry_run else [])
+        node: dict[str, Any] = self._send(
+            "PATCH", self._path, query=query, body=dict(body), content_type=MERGE_PATCH
+        )
         return node
 
     def _selector(self) -> tuple[str, str]:

@@ -34,6 +34,7 @@ from nfd_lite.metrics import Metrics
 from nfd_lite.parser import Limits, printable
 from nfd_lite.policy import Policy
 from nfd_lite.reconciler import NodeState, Plan, owned_keys, plan, prune_patch
+from nfd_lite.selfcheck import PolicyNotEnforced, check_policy
 from nfd_lite.watcher import Debouncer, DirWatcher
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,8 @@ class Settings:
     metrics_address: str | None = None
     max_backoff: float = 30.0
     slow_retry: float = 30.0  # 401/403 need a human: retry slowly rather than crash-loop or hammer
+    require_admission_policy: bool = True  # refuse to write where the policy is not enforced
+    policy_recheck_after: float = 300.0  # an API outage this long may have been an upgrade: check again
 
 
 def now_utc() -> datetime:
@@ -95,6 +98,8 @@ class Service:
         self.synced = False
         self.syncs = 0  # completed sync passes (with or without a write)
         self._bounded = False
+        self._policy_checked = False
+        self._outage_since: float | None = None
         self.watch_thread: threading.Thread | None = None
 
     # ---- inputs (any thread) ----
@@ -159,7 +164,10 @@ class Service:
         stop: stop_base = stop_after_attempt(attempts) if attempts else _StopWhen(self._stop)
         self._bounded = attempts is not None  # a one-shot run reports a 403 instead of waiting on it
         retrying = Retrying(
-            retry=retry_if_exception(lambda e: not isinstance(e, Stopped)),
+            # Only failures are retried: Ctrl-C, a stop or a missing policy end the call at once.
+            retry=retry_if_exception(
+                lambda e: isinstance(e, Exception) and not isinstance(e, Stopped | PolicyNotEnforced)
+            ),
             wait=self._wait,
             stop=stop,
             sleep=self._sleep,
@@ -169,10 +177,17 @@ class Service:
 
         def counted() -> T:
             try:
-                return fn()
+                result = fn()
             except ApiError as err:
                 self.metrics.api_errors.labels(err.code).inc()
+                if err.status == 0 or err.status >= 500:
+                    self._outage_since = self._outage_since or time.monotonic()
                 raise
+            if self._outage_since is not None:
+                if time.monotonic() - self._outage_since >= self.settings.policy_recheck_after:
+                    self._policy_checked = False
+                self._outage_since = None
+            return result
 
         return retrying(counted)
 
@@ -218,6 +233,9 @@ class Service:
             self.metrics.capped.labels(cap).set(count)
 
     def _sync_once(self) -> None:
+        if self.settings.require_admission_policy and not self._policy_checked:
+            check_policy(self.api)  # before the first write, and again after a long outage
+            self._policy_checked = True
         if self._need_read or self._node is None:
             self._on_node(self.api.get_node())
             self._need_read = False

@@ -11,6 +11,7 @@ from tests.apiserver.server import FakeApiServer
 
 @pytest.fixture
 def apiserver() -> Iterator[FakeApiServer]:
-    """A started FakeApiServer with the project's rbac/ manifests (RBAC and admission policy) loaded."""
-    with FakeApiServer() as server:
+    """A started FakeApiServer with the project's RBAC from rbac/. The admission policy is not loaded:
+    it is proven on the real kube-apiserver (tests/kube), and this server is kept for fault injection."""
+    with FakeApiServer(admission=False) as server:
         yield server

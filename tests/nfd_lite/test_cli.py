@@ -25,6 +25,9 @@ from tests.nfd_lite.writer import NODE, eventually, ours, owned
 ROOT = Path(__file__).resolve().parents[2]
 Setup = tuple[FakeApiServer, Path, Path]
 BOTH = {"nvidia.com/gpu.count": "2", "feature.node.kubernetes.io/gpu.present": "true"}
+# The fake API server enforces no admission policy (tests/kube prove it on a real kube-apiserver), so runs
+# against it opt out of the start-up check explicitly, as a cluster without the policy requires.
+NO_POLICY = "--allow-without-admission-policy"
 
 
 @pytest.fixture
@@ -70,7 +73,7 @@ def test_oneshot_then_prune(
 ) -> None:
     apiserver, kubeconfig, features = setup
     common = ["--kubeconfig", str(kubeconfig), "--node-name", NODE]
-    assert main([*common, "--oneshot", "--features-dir", str(features)]) == 0
+    assert main([*common, "--oneshot", "--features-dir", str(features), NO_POLICY]) == 0
     assert ours(apiserver) == BOTH
     assert apiserver.count("PATCH") == 1
     assert main(["prune", *common]) == 0
@@ -88,7 +91,7 @@ def test_oneshot_refused_reports_one_line_and_fails(
     apiserver, _, features = setup
     stranger = apiserver.write_kubeconfig(tmp_path / "stranger", apiserver.token_for_user("someone"))
     argv = ["--oneshot", "--kubeconfig", str(stranger), "--node-name", NODE, "--features-dir", str(features)]
-    assert main(argv) == 1
+    assert main([*argv, NO_POLICY]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("nfd-lite: error: permission denied (403)") and "'get'" in err[-1]
 
@@ -136,7 +139,7 @@ def test_daemon_serves_health_and_metrics_and_sigterm_leaves_labels(
     apiserver, kubeconfig, features = setup
     port = _free_port()
     env = {**os.environ, "NODE_NAME": NODE, "PYTHONPATH": str(ROOT)}
-    argv = ["--kubeconfig", str(kubeconfig), "--features-dir", str(features),
+    argv = [NO_POLICY, "--kubeconfig", str(kubeconfig), "--features-dir", str(features),
             "--metrics-address", f"127.0.0.1:{port}"]  # fmt: skip
     proc = subprocess.Popen(
         [sys.executable, "-m", "nfd_lite", *argv], env=env, stderr=subprocess.PIPE, text=True
@@ -389,7 +392,7 @@ def test_a_ca_file_relative_to_the_kubeconfig_is_found(tmp_path: Path) -> None:
         features = tmp_path / "features.d"
         features.mkdir()
         (features / "gfd").write_text("nvidia.com/gpu.count=2\n")
-        argv = ["--oneshot", "--node-name", NODE, "--kubeconfig", str(tmp_path / "kubeconfig")]
+        argv = ["--oneshot", NO_POLICY, "--node-name", NODE, "--kubeconfig", str(tmp_path / "kubeconfig")]
         code, _, err = _nfd_lite(*argv, "--features-dir", str(features), cwd=ROOT / "docs")
         assert code == 0, err
         assert server.labels(NODE)["nvidia.com/gpu.count"] == "2"
@@ -542,3 +545,40 @@ def test_a_working_exec_credential_plugin_supplies_the_token(tmp_path: Path) -> 
     kubeconfig.write_text(_yaml(_kubeconfig(users=[{"name": "u", "user": exec_user}])))
     config = kubeconfig_configuration(kubeconfig)
     assert config.get_api_key_with_prefix("BearerToken") == "Bearer from-plugin"
+
+
+def test_a_cluster_without_the_admission_policy_is_refused_in_one_line(
+    setup: Setup, capsys: pytest.CaptureFixture[str]
+) -> None:
+    apiserver, kubeconfig, features = setup
+    argv = [
+        "--oneshot",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--node-name",
+        NODE,
+        "--features-dir",
+        str(features),
+    ]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("nfd-lite: error: the admission policy")
+    assert "--allow-without-admission-policy" in err[0]
+    assert ours(apiserver) == {}
+    assert apiserver.count("PATCH") == 1  # the dry run alone, which stores nothing
+    assert owned(apiserver) is None
+
+
+def test_overwrite_needs_the_explicit_opt_out(setup: Setup) -> None:
+    _, kubeconfig, features = setup
+    argv = [
+        "--overwrite",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--node-name",
+        NODE,
+        "--features-dir",
+        str(features),
+    ]
+    code, _, err = _nfd_lite(*argv)
+    assert code == 2 and err.count("\n") == 1 and "owned-labels" in err and "Traceback" not in err

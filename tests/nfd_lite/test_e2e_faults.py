@@ -153,23 +153,6 @@ def test_forbidden_by_rbac_names_the_permission_and_keeps_trying(
     assert ours(cluster) == {}
 
 
-def test_refused_by_admission_names_the_policy(
-    cluster: FakeApiServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    # A token bound to another node: RBAC allows the patch, the admission policy refuses it.
-    token = cluster.token_for_service_account("gpu-labeller", "nfd-lite", node_name=OTHER_NODE)
-    with (
-        caplog.at_level(logging.ERROR, "nfd_lite"),
-        Writer(cluster, tmp_path, api=node_api(cluster, tmp_path, token=token)) as w,
-    ):
-        w.write("nvidia.com/gpu.count=2\n")
-        assert eventually(lambda: w.metric("nfd_lite_api_errors_total", code="403") >= 2)
-    lines = [r.getMessage() for r in caplog.records if "403" in r.getMessage()]
-    assert len(lines) == 1 and "admission policy" in lines[0]
-    assert ours(cluster) == {}
-    assert ours(cluster, OTHER_NODE) == {}
-
-
 def test_a_rotated_token_is_picked_up(cluster: FakeApiServer, tmp_path: Path) -> None:
     token_path = tmp_path / "token"
     first = cluster.token_for_service_account("gpu-labeller", "nfd-lite", node_name=NODE)

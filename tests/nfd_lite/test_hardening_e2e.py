@@ -54,7 +54,10 @@ def test_caps_are_exported_as_metrics_and_the_node_gets_only_what_fits(
         (features / f"f{i:02d}").write_text(f"nvidia.com/gpu.l{i:02d}=1\n")
     api = node_api(cluster, tmp_path)
     limits = Limits(max_files=20, max_labels=15)
-    service = Service(Settings(NODE, [features], limits=limits, startup_grace=0.0, max_backoff=0.5), api)
+    settings = Settings(
+        NODE, [features], limits=limits, startup_grace=0.0, max_backoff=0.5, require_admission_policy=False
+    )  # the fake API server enforces no admission policy
+    service = Service(settings, api)
     service.oneshot()
     labels = {k: v for k, v in ours(cluster).items() if k != "nvidia.com/mig.config"}  # not ours
     assert sorted(labels) == [f"nvidia.com/gpu.l{i:02d}" for i in range(15)]

@@ -70,6 +70,9 @@ class Writer:
         # These tests exercise the writer's mechanics with arbitrary nvidia.com/ keys, as --allow-key allows.
         policy = Policy.from_prefixes(DEFAULT_ALLOW_PREFIXES, ["nvidia.com/*"])
         defaults = {"max_backoff": 0.5, "slow_retry": 0.5, "startup_grace": 0.0, "policy": policy}
+        # The fake server does not enforce the admission policy (tests/kube proves it on a real one), so
+        # the writer's start-up check that it is enforced would refuse to run here.
+        defaults["require_admission_policy"] = False
         options: dict[str, Any] = defaults | settings
         self.service = Service(Settings(NODE, [self.dir], **options), api or node_api(apiserver, tmp_path))
         self.thread = threading.Thread(target=self.service.run, daemon=True)
