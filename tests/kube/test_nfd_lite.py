@@ -1,0 +1,156 @@
+"""nfd-lite in its own process with a real pod-bound token, against the real kube-apiserver with rbac/
+applied: labels appear, change, expire and go; drift is repaired through the own-node watch; a restart does
+not flap labels; prune removes only what it owns; an expired watch (410) is re-established."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from nfd_lite.client import ApiError, NodeApi, kubeconfig_configuration
+from nfd_lite.reconciler import OWNED_ANNOTATION
+from nfd_lite.service import Service, Settings
+from tests.kube.controlplane import ControlPlane
+from tests.kube.fixtures import apply_rbac
+from tests.kube.writer import PodWriter, eventually, in_pod
+
+THEIRS = {"team.example.com/owner": "ml", "nvidia.com/gpu.product": "set-by-admin"}
+
+
+def ours(kube: ControlPlane, node: str) -> dict[str, str]:
+    return {
+        k: v
+        for k, v in kube.labels(node).items()
+        if k.startswith(("nvidia.com/", "feature.node.kubernetes.io/")) and k not in THEIRS
+    }
+
+
+def owned(kube: ControlPlane, node: str) -> str | None:
+    return kube.annotations(node).get(OWNED_ANNOTATION)
+
+
+def test_labels_appear_change_expire_and_go(
+    kube: ControlPlane, new_node: Callable[..., str], tmp_path: Path
+) -> None:
+    node = new_node(dict(THEIRS))
+    with PodWriter(kube, tmp_path, node) as w:
+        w.write("nvidia.com/gpu.count=2\ngpu.present\n")
+        assert eventually(
+            lambda: (
+                ours(kube, node)
+                == {"nvidia.com/gpu.count": "2", "feature.node.kubernetes.io/gpu.present": "true"}
+            )
+        ), w.output()
+        assert owned(kube, node) == "feature.node.kubernetes.io/gpu.present,nvidia.com/gpu.count"
+        w.write("nvidia.com/gpu.count=4\n")
+        assert eventually(lambda: ours(kube, node) == {"nvidia.com/gpu.count": "4"}), w.output()
+        soon = (datetime.now(UTC) + timedelta(seconds=3)).isoformat(timespec="milliseconds")
+        w.write(f"nvidia.com/gpu.count=4\n# +expiry-time={soon}\nnvidia.com/gpu.lease=1\n")
+        assert eventually(lambda: "nvidia.com/gpu.lease" in ours(kube, node)), w.output()
+        assert eventually(lambda: ours(kube, node) == {"nvidia.com/gpu.count": "4"}), w.output()
+        (w.dir / "gfd").unlink()
+        assert eventually(lambda: ours(kube, node) == {}), w.output()
+        assert eventually(lambda: owned(kube, node) is None)
+    labels = kube.labels(node)
+    assert {k: labels[k] for k in THEIRS} == THEIRS
+
+
+def test_drift_is_repaired_through_the_watch(
+    kube: ControlPlane, new_node: Callable[..., str], tmp_path: Path
+) -> None:
+    node = new_node()
+    with PodWriter(kube, tmp_path, node, "--resync-interval", "3600") as w:
+        w.write("nvidia.com/gpu.count=2\n")
+        assert eventually(lambda: ours(kube, node) == {"nvidia.com/gpu.count": "2"}), w.output()
+        kube.patch_node(node, {"metadata": {"labels": {"nvidia.com/gpu.count": "7"}}})
+        assert eventually(lambda: ours(kube, node) == {"nvidia.com/gpu.count": "2"}), w.output()
+        kube.patch_node(node, {"metadata": {"labels": {"nvidia.com/gpu.count": None}}})
+        assert eventually(lambda: ours(kube, node) == {"nvidia.com/gpu.count": "2"}), w.output()
+
+
+def test_a_restart_does_not_flap_labels(
+    kube: ControlPlane, new_node: Callable[..., str], tmp_path: Path
+) -> None:
+    node = new_node()
+    first = PodWriter(kube, tmp_path, node)
+    with first:
+        first.write("nvidia.com/gpu.count=2\nnvidia.com/gpu.memory=40960\n")
+        assert eventually(lambda: len(ours(kube, node)) == 2), first.output()
+    assert first.process is not None and first.process.returncode == 0
+    version = kube.get_node(node)["metadata"]["resourceVersion"]
+    assert len(ours(kube, node)) == 2, "labels stay when the writer stops"
+    with PodWriter(kube, tmp_path, node, "--oneshot") as again:
+        assert again.process is not None
+        assert again.process.wait(30) == 0, again.output()
+    assert kube.get_node(node)["metadata"]["resourceVersion"] == version, (
+        "an unchanged restart writes nothing"
+    )
+
+
+def test_prune_removes_only_what_it_owns(
+    kube: ControlPlane, new_node: Callable[..., str], tmp_path: Path
+) -> None:
+    node = new_node(dict(THEIRS))
+    with PodWriter(kube, tmp_path, node) as w:
+        w.write("nvidia.com/gpu.count=2\nnvidia.com/gpu.memory=40960\n")
+        assert eventually(lambda: len(ours(kube, node)) == 2), w.output()
+    command, env = in_pod(kube, tmp_path, node, ["prune"])
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "removed 2 owned labels" in result.stdout
+    assert ours(kube, node) == {}
+    assert owned(kube, node) is None
+    labels = kube.labels(node)
+    assert {k: labels[k] for k in THEIRS} == THEIRS
+
+
+@pytest.fixture(scope="module")
+def restartable(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """A control plane of this module's own, so restarting its API server disturbs no other test."""
+    with ControlPlane(tmp_path_factory.mktemp("restartable")) as plane:
+        apply_rbac(plane)
+        yield plane
+
+
+def test_an_expired_watch_is_listed_again(restartable: ControlPlane, tmp_path: Path) -> None:
+    """After an API server restart its watch cache begins at the current resourceVersion, so a writer
+    resuming its watch from where it was answers 410 Gone: it must list again and carry on watching."""
+    kube = restartable
+    node = "gpu-restart"
+    kube.create_node(node)
+    config = kubeconfig_configuration(kube.kubeconfig(tmp_path / "kubeconfig", kube.pod_token(node)))
+    api = NodeApi(config, node, request_timeout=5.0)
+    try:
+        _, stale = api.list_node()
+        for n in range(3):
+            kube.patch_node(node, {"metadata": {"labels": {"example.com/churn": str(n)}}})
+        kube.restart_apiserver()
+        apply_rbac(kube)  # waits until the restarted server enforces the policy again
+        with pytest.raises(ApiError) as gone:
+            next(iter(api.watch(stale, 5)))
+        assert gone.value.status == 410, gone.value.message
+
+        features = tmp_path / "features.d"
+        features.mkdir()
+        (features / "gfd").write_text("nvidia.com/gpu.count=3\n")
+        service = Service(
+            Settings(node, [features], startup_grace=0.0, max_backoff=0.5, resync_interval=3600), api
+        )
+        service._watch_rv = stale  # as after the restart: the next watch starts from an expired version
+        runner = threading.Thread(target=service.run, daemon=True)
+        runner.start()
+        try:
+            assert eventually(lambda: ours(kube, node) == {"nvidia.com/gpu.count": "3"})
+            assert eventually(lambda: service._watch_rv not in (None, stale))
+            kube.patch_node(node, {"metadata": {"labels": {"nvidia.com/gpu.count": "0"}}})
+            assert eventually(lambda: ours(kube, node) == {"nvidia.com/gpu.count": "3"}), "watch is back"
+        finally:
+            service.stop()
+            runner.join(10)
+    finally:
+        api.close()

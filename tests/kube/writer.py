@@ -1,0 +1,158 @@
+"""nfd-lite as it runs in a pod: its own process, the pod-bound token, CA and namespace at the in-cluster
+path /var/run/secrets/kubernetes.io/serviceaccount (bind-mounted in a private mount namespace, so the test
+machine's own /run is untouched), and KUBERNETES_SERVICE_HOST/PORT pointing at the real control plane."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from nfd_lite.client import NodeApi, kubeconfig_configuration
+from nfd_lite.service import Service, Settings
+from tests.kube.controlplane import ControlPlane
+
+WRITER_USER = "system:serviceaccount:gpu-labeller:nfd-lite"
+
+IN_CLUSTER_DIR = "/run/secrets/kubernetes.io/serviceaccount"
+
+
+def eventually(predicate: Callable[[], object], timeout: float = 20.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return bool(predicate())
+
+
+def write_atomic(directory: Path, name: str, text: str) -> None:
+    """What gfd does: a temp file renamed into place."""
+    temp = directory / f".{name}.tmp"
+    temp.write_text(text)
+    os.replace(temp, directory / name)
+
+
+def in_pod(
+    kube: ControlPlane, workdir: Path, node: str, args: list[str], token: str | None = None
+) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment that run ``python -m nfd_lite ARGS`` as the pod would."""
+    sa_dir, env = kube.in_cluster(workdir / "serviceaccount", token or kube.pod_token(node))
+    inner = " && ".join(
+        [
+            "mount -t tmpfs tmpfs /run",
+            f"mkdir -p {IN_CLUSTER_DIR}",
+            f"mount --bind {shlex.quote(str(sa_dir))} {IN_CLUSTER_DIR}",
+            "exec " + shlex.join([sys.executable, "-m", "nfd_lite", "--node-name", node, *args]),
+        ]
+    )
+    command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", inner]
+    return command, {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
+
+
+class PodWriter:
+    """``with PodWriter(kube, tmp_path, node) as w:`` runs the writer until the block ends (SIGTERM)."""
+
+    def __init__(
+        self, kube: ControlPlane, workdir: Path, node: str, *extra: str, token: str | None = None
+    ) -> None:
+        self.dir = workdir / "features.d"
+        self.dir.mkdir(exist_ok=True)
+        self.log = workdir / f"nfd-lite-{node}.log"
+        args = ["--features-dir", str(self.dir), "--metrics-address", "", "--startup-grace", "0", *extra]
+        self.command, self.env = in_pod(kube, workdir, node, args, token)
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> PodWriter:
+        self.start()
+        return self
+
+    def start(self) -> None:
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(
+                self.command, env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+
+    def stop(self) -> int:
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def write(self, text: str, name: str = "gfd") -> None:
+        write_atomic(self.dir, name, text)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+class ThreadWriter:
+    """The writer's Service in a thread of the test process, with a kubeconfig holding the pod-bound
+    token, for tests that look inside it (metrics, sync passes) while it talks to the real server."""
+
+    def __init__(
+        self, kube: ControlPlane, workdir: Path, node: str, *, token: str | None = None, **settings: Any
+    ) -> None:
+        self.kube = kube
+        self.node = node
+        directory = settings.pop("directory", None)
+        self.dir: Path = directory or workdir / "features.d"
+        if directory is None:
+            self.dir.mkdir(exist_ok=True)
+        self.token = token or kube.pod_token(node)
+        config = kubeconfig_configuration(kube.kubeconfig(workdir / f"kubeconfig-{node}", self.token))
+        self.api = NodeApi(config, node, request_timeout=5.0)
+        options: dict[str, Any] = {"max_backoff": 0.5, "slow_retry": 0.5, "startup_grace": 0.0} | settings
+        self.service = Service(Settings(node, [self.dir], **options), self.api)
+        self.thread = threading.Thread(target=self.service.run, daemon=True)
+
+    def __enter__(self) -> ThreadWriter:
+        self.thread.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.service.stop()
+        self.thread.join(10)
+        self.api.close()
+        assert not self.thread.is_alive(), "writer did not stop"
+
+    def write(self, text: str, name: str = "gfd") -> None:
+        write_atomic(self.dir, name, text)
+
+    def settle(self) -> None:
+        """Wait until the writer has completed one more sync pass than now."""
+        before = self.service.syncs
+        assert eventually(lambda: self.service.syncs > before)
+
+    def metric(self, name: str, **labels: str) -> float:
+        value = self.service.metrics.registry.get_sample_value(name, labels or None)
+        return 0.0 if value is None else value
+
+    def requests(self) -> list[dict[str, Any]]:
+        """This writer's requests as the server's audit log has them."""
+        return [
+            event
+            for event in self.kube.requests(WRITER_USER)
+            if f"/nodes/{self.node}" in event["requestURI"]
+            or f"metadata.name%3D{self.node}" in event["requestURI"]
+        ]
