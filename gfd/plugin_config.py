@@ -239,7 +239,7 @@ def resource_name(path: Path, where: str, raw: str) -> str:
     name = raw if raw.startswith(RESOURCE_PREFIX + "/") else f"{RESOURCE_PREFIX}/{raw}"
     if len(name) > MAX_RESOURCE_NAME:
         raise PluginConfigError(f"{path}: field {where}: resource name {name!r} is longer than 63 characters")
-    if not _DNS_SUBDOMAIN.match(name.split("/", 1)[1]):
+    if not _DNS_SUBDOMAIN.fullmatch(name.split("/", 1)[1]):
         raise PluginConfigError(
             f"{path}: field {where}: {raw!r} is no valid resource name (lowercase letters, digits, '-', '.')"
         )

@@ -142,7 +142,7 @@ class FileResult:
 
 def parse_expiry(text: str) -> datetime | None:
     text = text.strip()
-    if not _RFC3339.match(text):
+    if not _RFC3339.fullmatch(text):
         return None
     try:
         return datetime.fromisoformat(text.upper())

@@ -137,7 +137,7 @@ class _Findings:
 
 def _soc_from_compatible(compatible: list[str]) -> str | None:
     for entry in compatible:
-        match = _SOC_COMPATIBLE.match(entry)
+        match = _SOC_COMPATIBLE.fullmatch(entry)
         if match:
             return match.group(1)
     return None

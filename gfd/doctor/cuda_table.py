@@ -19,7 +19,7 @@ _DRIVER_RE = re.compile(r"^\d+(\.\d+){0,2}$")
 def parse_driver(text: str) -> DriverVersion:
     """'525.60.13' -> (525, 60, 13). Raises ValueError for anything else."""
     text = text.strip()
-    if not _DRIVER_RE.match(text):
+    if not _DRIVER_RE.fullmatch(text):
         raise ValueError(f"not a driver version: {text!r}")
     return tuple(int(p) for p in text.split("."))
 

@@ -138,6 +138,11 @@ def test_shipped_sharing_examples_parse() -> None:
             "sharing: {timeSlicing: {resources: [{name: gpu, replicas: 2, rename: A_B}]}}\n",
             "resources.0.rename",
         ),
+        # A name ending in a newline (a YAML block scalar) is no resource name: `$` alone would pass it.
+        (
+            'sharing: {timeSlicing: {resources: [{name: "gpu\\n", replicas: 2}]}}\n',
+            "sharing.timeSlicing.resources.0.name",
+        ),
         ("- just\n- a list\n", "mapping"),
         ("flags: [\n", "not valid YAML"),
     ],
