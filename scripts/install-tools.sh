@@ -61,9 +61,10 @@ ln -sfn ../helm3/kubectl "$TOOLS/bin/kubectl"
 # checkov looks for a plain `helm`; v3 is what most users run.
 ln -sfn ../helm3/helm "$TOOLS/bin/helm"
 
-# The real control plane the Kubernetes tests run against (kube-apiserver and etcd), built from their
-# pinned Go modules into .cache/peers/kubernetes (about 5 minutes on 2 cores the first time).
-scripts/peers/build.sh kubernetes
+# The real control plane the Kubernetes tests run against (kube-apiserver, kube-controller-manager, etcd),
+# built from their pinned Go modules: the newest release the chart claims (1.37) and the oldest (1.30),
+# into .cache/peers/kubernetes{,-1.30} (about 8 and 4 minutes on 2 cores the first time).
+scripts/peers/build.sh kubernetes kubernetes-1.30
 # Upstream NFD (nfd-master, nfd-worker) for the compatibility test and the benchmarks beside nfd-lite.
 scripts/peers/build.sh nfd
 # NVIDIA's gpu-feature-discovery and the mock NVML library both it and gfd load: the label parity oracle.

@@ -27,9 +27,10 @@ from typing import Any
 from tests.apiserver.tls import make_certificate
 
 ROOT = Path(__file__).resolve().parents[2]
-BINARIES = ROOT / ".cache" / "peers" / "kubernetes"
+BINARIES = ROOT / ".cache" / "peers" / "kubernetes"  # the newest release the chart claims
+OLDEST_BINARIES = ROOT / ".cache" / "peers" / "kubernetes-1.30"  # the oldest (Chart.yaml kubeVersion)
 KUBECTL = ROOT / ".cache" / "tools" / "bin" / "kubectl"
-BUILD_HINT = "build them with scripts/install-tools.sh (or scripts/peers/build.sh kubernetes)"
+BUILD_HINT = "build them with scripts/install-tools.sh (or scripts/peers/build.sh kubernetes kubernetes-1.30)"
 WRITER_NAMESPACE = "gpu-labeller"
 WRITER_ACCOUNT = "nfd-lite"
 ISSUER = "https://kubernetes.default.svc.cluster.local"

@@ -6,19 +6,39 @@ here fails if the policy stops being what refuses the request.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from nfd_lite.reconciler import OWNED_ANNOTATION
-from tests.kube.controlplane import ApiResponse, ControlPlane
+from tests.kube.controlplane import OLDEST_BINARIES, ApiResponse, ControlPlane
+from tests.kube.fixtures import apply_rbac, wait_for_type_check
 
 POLICY = "ValidatingAdmissionPolicy 'gpu-labeller-nfd-lite'"
 
 
 def refused(answer: ApiResponse, words: str) -> bool:
     return answer.status == 403 and POLICY in answer.message and words in answer.message
+
+
+@pytest.fixture(scope="module", params=["newest", "oldest"])
+def kube(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """Every rule on the newest Kubernetes the chart claims (the session's control plane) and on the oldest,
+    1.30, whose CEL environment is older: a policy that does not compile there refuses every write."""
+    if request.param == "newest":
+        session: ControlPlane = request.getfixturevalue("kube_session")
+        apply_rbac(session)  # as the session's `kube` fixture does; applying again changes nothing
+        yield session
+        return
+    with ControlPlane(tmp_path_factory.mktemp("oldest"), OLDEST_BINARIES) as plane:
+        apply_rbac(plane)
+        yield plane
+
+
+def test_the_policy_type_checks_without_warnings(kube: ControlPlane) -> None:
+    status = wait_for_type_check(kube)
+    assert (status.get("typeChecking") or {}).get("expressionWarnings") in (None, [])
 
 
 @pytest.fixture
