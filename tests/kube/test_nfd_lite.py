@@ -15,7 +15,7 @@ import pytest
 from nfd_lite.client import ApiError, NodeApi, kubeconfig_configuration
 from nfd_lite.reconciler import OWNED_ANNOTATION
 from nfd_lite.service import Service, Settings
-from tests.kube.controlplane import ControlPlane
+from tests.kube.controlplane import OLDEST_BINARIES, ControlPlane
 from tests.kube.fixtures import apply_rbac
 from tests.kube.writer import PodWriter, eventually, in_pod
 
@@ -154,3 +154,18 @@ def test_an_expired_watch_is_listed_again(restartable: ControlPlane, tmp_path: P
             runner.join(10)
     finally:
         api.close()
+
+
+def test_the_writer_works_on_the_oldest_supported_kubernetes(tmp_path: Path) -> None:
+    """1.30: its self-check finds the policy enforced, and a one-shot sync labels the node."""
+    with ControlPlane(tmp_path / "oldest", OLDEST_BINARIES) as kube:
+        apply_rbac(kube)
+        node = "gpu-oldest"
+        kube.create_node(node)
+        writer = PodWriter(kube, tmp_path, node, "--oneshot")
+        writer.write("nvidia.com/gpu.count=2\n")
+        with writer:
+            assert writer.process is not None
+            assert writer.process.wait(60) == 0, writer.output()
+        assert ours(kube, node) == {"nvidia.com/gpu.count": "2"}
+        assert kube.get_node(node)["metadata"]["annotations"][OWNED_ANNOTATION] == "nvidia.com/gpu.count"
