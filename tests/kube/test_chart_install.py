@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.deploy.chart import HELMS, MATRIX, documents
-from tests.kube.controlplane import ControlPlane
+from tests.kube.controlplane import OLDEST_BINARIES, ControlPlane
 from tests.kube.helm import (
     create_namespace,
     get_objects,
@@ -124,3 +124,28 @@ def test_network_policy_lets_nfd_lite_reach_the_api_server_it_looked_up(
     assert cidrs == {f"{API_ADDRESS}/32", extra}
     assert ports == {API_PORT, 443, 6443}
     assert helm(which, cluster, tmp_path, "uninstall", name, "-n", name).returncode == 0
+
+
+@pytest.fixture(scope="module")
+def oldest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    with ControlPlane(tmp_path_factory.mktemp("chart-kube-1.30"), OLDEST_BINARIES) as plane:
+        publish_api_server_endpoints(plane, API_ADDRESS, API_PORT)
+        yield plane
+
+
+@pytest.mark.parametrize("which", HELMS)
+def test_the_documented_install_on_the_oldest_supported_kubernetes(
+    oldest: ControlPlane, tmp_path: Path, which: str
+) -> None:
+    """Chart.yaml says kubeVersion >= 1.30: on a real 1.30 server every object is accepted and the
+    admission policy type-checks against its Node schema and CEL environment."""
+    name = f"oldest-{which}"
+    create_namespace(oldest, name, "restricted")
+    _, objects = installed(oldest, tmp_path, which, name, {})
+    refs = [ref(obj) for obj in objects]
+    stored = get_objects(oldest, name, refs)
+    assert not {r: diff for obj in objects if (diff := not_kept(obj, stored[r := ref(obj)]))}
+    for policy in (o["metadata"]["name"] for o in objects if o["kind"] == "ValidatingAdmissionPolicy"):
+        assert type_check_warnings(oldest, policy) == []
+    assert helm(which, oldest, tmp_path, "uninstall", name, "-n", name).returncode == 0
+    assert of_release(oldest, name, objects) == set()
