@@ -1,14 +1,8 @@
 """NFD feature files -> candidate labels, with every rejected line explained.
 
-The format is the one upstream NFD's ``local`` source reads from ``features.d``:
-
-- one feature per line, ``key=value``; a bare ``key`` means ``key=true``;
-- blank lines and lines starting with ``#`` are ignored, except directives ``# +name[=value]``:
-  ``+expiry-time=<RFC3339>`` applies to every feature after it in the same file (features whose time is
-  past are dropped), ``+no-label`` and ``+no-feature`` apply to the next feature only;
-- names without a ``prefix/`` get ``feature.node.kubernetes.io/``;
-- files whose name starts with ``.`` are ignored (editors and atomic writers use them as temp files);
-- files are read in name order and a later file overrides an earlier one.
+The line format is ``featurefile``'s (upstream NFD's ``local`` source); features whose ``+expiry-time`` is
+past are dropped. As upstream, files whose name starts with ``.`` are ignored (editors and atomic writers
+use them as temp files), and files are read in name order, a later file overriding an earlier one.
 
 Every byte here comes from whoever can write the feature directory, so reading is defensive: a directory
 is opened without following a symlink, each file relative to it without following one either (symlinks are
@@ -23,23 +17,20 @@ import errno
 import heapq
 import logging
 import os
-import re
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+import featurefile
 import k8slabels
+from featurefile import MAX_FILE_SIZE
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PREFIX = "feature.node.kubernetes.io/"
-MAX_FILE_SIZE = 65536
 READ_ATTEMPTS = 3  # a file still changing after this many reads keeps its last good content
 SHOWN_CHARS = 100  # keys and file names in logs and rejections are cut to this many characters
-_DIRECTIVE = "# +"
-_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: a FIFO swapped in after the type check cannot hang the reader; O_NOCTTY: nor become its tty.
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -140,20 +131,6 @@ class FileResult:
     size: int = 0  # bytes read
 
 
-def parse_expiry(text: str) -> datetime | None:
-    text = text.strip()
-    if not _RFC3339.fullmatch(text):
-        return None
-    try:
-        return datetime.fromisoformat(text.upper())
-    except ValueError:
-        return None
-
-
-def _full_key(name: str) -> str:
-    return name if "/" in name else DEFAULT_PREFIX + name
-
-
 def _key_problem(key: str) -> str | None:
     """k8slabels' verdict, worded without the key itself (the caller shows it escaped)."""
     prefix, slash, name = key.rpartition("/")
@@ -189,27 +166,22 @@ def parse_text(
     if lines[-1].strip():  # no newline at the end: the writer may be mid-write, so never half a line
         reject(len(lines), "", UNTERMINATED, "last line has no newline; ignored until it is complete")
     for number, raw in enumerate(lines[:-1], start=1):
-        line = raw.strip()
-        if not line:
+        parsed = featurefile.parse_line(raw)
+        if parsed is None:
             continue
-        if line.startswith("#"):
-            if line.startswith(_DIRECTIVE):
-                name, has_value, value = line[len(_DIRECTIVE) :].partition("=")
-                if name == "expiry-time":
-                    when = parse_expiry(value) if has_value else None
-                    if when is None:
-                        reject(number, "", BAD_DIRECTIVE, "expiry-time is not an RFC 3339 time")
-                    else:
-                        expires = when
-                elif name == "no-label":
-                    skip_label = True
-                elif name != "no-feature":  # +no-feature only concerns NFD's raw features, never labels
-                    reject(number, "", BAD_DIRECTIVE, "unknown directive")
+        if isinstance(parsed, featurefile.Directive):
+            if parsed.name == featurefile.EXPIRY_TIME:
+                when = featurefile.parse_expiry(parsed.value) if parsed.value is not None else None
+                if when is None:
+                    reject(number, "", BAD_DIRECTIVE, "expiry-time is not an RFC 3339 time")
+                else:
+                    expires = when
+            elif parsed.name == featurefile.NO_LABEL:
+                skip_label = True
+            elif parsed.name != featurefile.NO_FEATURE:
+                reject(number, "", BAD_DIRECTIVE, "unknown directive")
             continue
-        name, has_value, value = line.partition("=")
-        if not has_value:
-            value = "true"
-        key = _full_key(name)
+        key, value = parsed.key, parsed.value
         if expires is not None and expires <= now:
             if len(result.expired) < max_rejections:
                 result.expired.append(Expired(shown, number, printable(key)))

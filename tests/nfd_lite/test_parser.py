@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import featurefile
 from nfd_lite import parser
 from nfd_lite.features import FeatureState
 from nfd_lite.policy import Policy
@@ -113,7 +114,7 @@ def test_a_bad_file_is_rejected_whole_and_the_others_still_apply(tmp_path: Path)
 
 def test_exactly_64_kib_is_accepted(tmp_path: Path) -> None:
     line = "k=1\n"
-    (tmp_path / "f").write_text(line * (parser.MAX_FILE_SIZE // len(line)))
+    (tmp_path / "f").write_text(line * (featurefile.MAX_FILE_SIZE // len(line)))
     assert scan(tmp_path)[0] == {"feature.node.kubernetes.io/k": "1"}
 
 
