@@ -1,10 +1,7 @@
-"""The output stage: labels as an NFD feature file.
+"""The output stage: labels as an NFD feature file (the format is ``featurefile``'s).
 
-NFD's local source reads ``key=value`` lines and ``#`` comments, and honours a
-``# +expiry-time=<RFC3339>`` directive for the lines after it, so the labels of
-a daemon that died go away on their own. Lines are sorted so that equal label
-sets give byte-equal files, and the file is replaced atomically so a reader
-never sees half of it.
+The file carries an ``+expiry-time``, so the labels of a daemon that died go
+away on their own, and is replaced atomically so a reader never sees half of it.
 """
 
 from __future__ import annotations
@@ -13,46 +10,32 @@ import os
 import sys
 import tempfile
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
+import featurefile
 from gfd import __version__
 
-HEADER = (
-    f"# Written by gfd {__version__} (GPU feature discovery). Rewritten when the GPUs change; do not edit."
-)
-EXPIRY_DIRECTIVE = "# +expiry-time="
+HEADER = f"Written by gfd {__version__} (GPU feature discovery). Rewritten when the GPUs change; do not edit."
 FILE_MODE = 0o644  # readable by the label writer, whatever user it runs as
 
 
-def format_expiry(expiry: datetime) -> str:
-    """RFC3339 in UTC with whole seconds, as NFD parses it: 2026-12-02T18:00:00Z."""
-    return expiry.astimezone(UTC).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def render(labels: Mapping[str, str], expiry: datetime | None) -> str:
-    """The feature file's text: header, expiry directive first (it applies to the lines after it), labels."""
-    lines = [HEADER]
-    if expiry is not None:
-        lines.append(EXPIRY_DIRECTIVE + format_expiry(expiry))
-    lines.extend(f"{key}={labels[key]}" for key in sorted(labels))
-    return "\n".join(lines) + "\n"
+    """gfd's feature file: the header naming its writer, then the expiry and the labels."""
+    return featurefile.render(labels, expiry, comment=HEADER)
 
 
 def parse(text: str) -> tuple[dict[str, str], datetime | None]:
-    """Labels and expiry in a feature file's text: the inverse of ``render``, ignoring other comments."""
+    """Labels and expiry in a feature file's text: the inverse of ``render``, ignoring other comments and
+    directives (gfd writes neither)."""
     labels: dict[str, str] = {}
     expiry: datetime | None = None
-    for raw in text.splitlines():
-        line = raw.strip()
-        if line.startswith(EXPIRY_DIRECTIVE):
-            try:
-                expiry = datetime.fromisoformat(line[len(EXPIRY_DIRECTIVE) :].strip().replace("Z", "+00:00"))
-            except ValueError:
-                expiry = None
-        elif line and not line.startswith("#"):
-            key, _, value = line.partition("=")
-            labels[key] = value
+    for line in text.split("\n"):
+        parsed = featurefile.parse_line(line)
+        if isinstance(parsed, featurefile.Entry):
+            labels[parsed.key] = parsed.value
+        elif isinstance(parsed, featurefile.Directive) and parsed.name == featurefile.EXPIRY_TIME:
+            expiry = featurefile.parse_expiry(parsed.value) if parsed.value is not None else None
     return labels, expiry
 
 
@@ -62,6 +45,23 @@ def read_feature_file(path: str | Path) -> tuple[dict[str, str], datetime | None
         return parse(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError):
         return None
+
+
+class FeatureFile:
+    """The feature file and what it holds, as last read or written: what lets the daemon leave an
+    up-to-date file alone, across its own restarts too. ``path`` None means standard output."""
+
+    def __init__(self, path: str | Path | None) -> None:
+        self.path = path
+        existing = read_feature_file(path) if path is not None else None
+        self.labels: dict[str, str] | None = existing[0] if existing is not None else None
+        self.expiry: datetime | None = existing[1] if existing is not None else None
+
+    def write(self, labels: Mapping[str, str], expiry: datetime | None) -> bool:
+        """Write the file (see ``write_feature_file``); True if its content changed."""
+        changed = write_feature_file(self.path, labels, expiry)
+        self.labels, self.expiry = dict(labels), expiry
+        return changed
 
 
 def write_feature_file(path: str | Path | None, labels: Mapping[str, str], expiry: datetime | None) -> bool:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 import featurefile
 from featurefile import Directive, Entry, format_expiry, parse_expiry, parse_line, render
 from gfd.writer import HEADER
+from gfd.writer import render as gfd_render
 from nfd_lite.parser import parse_text
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -80,18 +81,20 @@ _KEYS = st.builds(lambda prefix, name: f"{prefix}/{name}", _PREFIXES, _NAMES)
 )
 def test_what_gfd_writes_nfd_lite_reads_back_whole(labels: dict[str, str], offset: int | None) -> None:
     expiry = NOW + timedelta(seconds=offset) if offset is not None else None
-    result = parse_text(render(labels, expiry, comment=HEADER), "gfd", NOW)
+    result = parse_text(gfd_render(labels, expiry), "gfd", NOW)
     assert result.rejected == []
     assert {key: feature.value for key, feature in result.features.items()} == labels
     assert {feature.expires for feature in result.features.values()} <= {expiry}
 
 
 def test_an_expired_file_gives_no_labels() -> None:
-    text = render({"nvidia.com/gpu.count": "1"}, NOW - timedelta(seconds=1), comment=HEADER)
+    text = gfd_render({"nvidia.com/gpu.count": "1"}, NOW - timedelta(seconds=1))
     result = parse_text(text, "gfd", NOW)
     assert result.features == {}
     assert [e.key for e in result.expired] == ["nvidia.com/gpu.count"]
 
 
-def test_gfds_own_header_is_a_plain_comment() -> None:
-    assert parse_line(f"{featurefile.COMMENT} {HEADER}") is None
+def test_gfds_header_is_a_plain_comment_first() -> None:
+    first = gfd_render({}, None).split("\n")[0]
+    assert first == f"{featurefile.COMMENT} {HEADER}"
+    assert parse_line(first) is None

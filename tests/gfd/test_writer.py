@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gfd import writer
-from gfd.writer import parse, read_feature_file, render, write_feature_file
+from gfd.writer import FeatureFile, parse, read_feature_file, render, write_feature_file
 
 EXPIRY = datetime(2026, 12, 2, 18, 30, 15, 999999, tzinfo=UTC)
 LABELS = {"nvidia.com/gpu.product": "Tesla-T4", "nvidia.com/gpu.count": "2", "nvidia.com/gpu.present": "true"}
@@ -116,6 +116,21 @@ def test_stdout_mode(target: str | None, tmp_path: Path, capsys: pytest.CaptureF
 def test_parse_reads_back_what_render_wrote_and_ignores_other_comments() -> None:
     text = render(LABELS, EXPIRY) + "# a note\n\n"
     assert parse(text) == (LABELS, EXPIRY.replace(microsecond=0))
+
+
+def test_parse_reads_bare_keys_as_nfd_does() -> None:
+    assert parse("gpu.present\n") == ({"feature.node.kubernetes.io/gpu.present": "true"}, None)
+
+
+def test_a_feature_file_remembers_what_it_holds_across_restarts(tmp_path: Path) -> None:
+    path = tmp_path / "gfd"
+    assert (FeatureFile(path).labels, FeatureFile(path).expiry) == (None, None)
+    written = FeatureFile(path)
+    assert written.write(LABELS, EXPIRY) is True
+    assert (written.labels, written.expiry) == (LABELS, EXPIRY)
+    again = FeatureFile(path)  # as a restarted daemon finds it
+    assert (again.labels, again.expiry) == (LABELS, EXPIRY.replace(microsecond=0))
+    assert again.write(LABELS, EXPIRY) is False
 
 
 def test_reading_a_missing_file_gives_none(tmp_path: Path) -> None:
