@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal, NoReturn
 
 from gfd.sharing import SharingConfig
+from hostport import parse_address
 
 MigStrategy = Literal["none", "single", "mixed"]
 BackendChoice = Literal["auto", "nvml", "tegra", "mock"]
@@ -103,17 +104,6 @@ def parse_choice(choices: Sequence[str]) -> Callable[[str], str]:
 
 def parse_output(text: str) -> str | None:
     return None if text.strip() in ("", "-") else text
-
-
-def parse_address(text: str) -> tuple[str, int]:
-    """``host:port``, ``:port`` or ``port``; an empty host listens on all addresses."""
-    host, sep, port = text.strip().rpartition(":")
-    if not sep:
-        host, port = "", text.strip()
-    host = host.strip("[]")
-    if not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"expected HOST:PORT such as :9100, got {text!r}")
-    return host or "0.0.0.0", int(port)
 
 
 def _path(text: str) -> Path:

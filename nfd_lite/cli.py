@@ -12,8 +12,8 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from hostport import parse_address
 from nfd_lite.features import FeatureState
-from nfd_lite.health import parse_address
 from nfd_lite.parser import Limits
 from nfd_lite.policy import DEFAULT_ALLOW_PREFIXES, Policy, allow_key_problem, prefix_problem
 from nfd_lite.reconciler import OWNED_ANNOTATION, NodeState, plan
@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 parse_address(args.metrics_address)
             except ValueError as err:
-                raise UsageError(str(err)) from None
+                raise UsageError(f"--metrics-address: {err}") from None
         logging.basicConfig(
             level=args.log_level.upper(), stream=sys.stderr, format="nfd-lite: %(levelname)s: %(message)s"
         )
