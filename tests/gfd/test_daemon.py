@@ -197,7 +197,7 @@ def test_after_a_success_failures_are_retried_even_when_init_errors_are_fatal(
     try:
         wait_for(out.exists)
         shutil.copy(PROFILES / "broken.yaml", profile)
-        wait_for(lambda: daemon._last_error is not None)
+        wait_for(lambda: daemon.failures.last is not None)
         shutil.copy(PROFILES / "two-t4.yaml", profile)
         wait_for(lambda: "nvidia.com/gpu.count=2" in out.read_text())
     finally:
@@ -358,7 +358,7 @@ def test_the_stop_message_names_the_file_only_when_there_is_one(tmp_path: Path) 
         )
         thread = threading.Thread(target=daemon.run)
         thread.start()
-        wait_for(lambda: daemon._last_error is not None)
+        wait_for(lambda: daemon.failures.last is not None)
         daemon.stop()
         thread.join(10)
     finally:
