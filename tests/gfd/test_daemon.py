@@ -18,10 +18,13 @@ import pytest
 
 from gfd.backends import Backend, BackendChoice
 from gfd.backends.errors import BackendError
-from gfd.config import Settings, load_settings
-from gfd.daemon import Daemon
+from gfd.config import ConfigError, Settings, load_settings
+from gfd.daemon import Daemon, reread_settings
+from gfd.expiry import ExpiryPolicy
 from gfd.inventory import Inventory
+from gfd.loopcontrol import LoopControl
 from gfd.metrics import PrometheusMetrics
+from gfd.repeatlog import FailureLog
 from gfd.writer import read_feature_file
 
 PROFILES = Path(__file__).parent / "profiles_cli"
@@ -385,3 +388,80 @@ def test_an_infinite_interval_labels_once_then_waits_for_sighup(profile: Path, t
         thread.join(10)
     assert not thread.is_alive()
     assert metrics.registry.get_sample_value("gfd_passes_total") == 2
+
+
+# --- the parts the daemon is made of ---
+
+
+@pytest.mark.parametrize(
+    ("span", "interval", "left", "due"),
+    [
+        (timedelta(minutes=3), timedelta(seconds=60), timedelta(seconds=91), False),
+        (timedelta(minutes=3), timedelta(seconds=60), timedelta(seconds=89), True),  # 1.5 intervals
+        (timedelta(hours=1), timedelta(seconds=60), timedelta(minutes=31), False),
+        (timedelta(hours=1), timedelta(seconds=60), timedelta(minutes=29), True),  # half the span
+        (timedelta(hours=1), None, timedelta(minutes=29), True),
+        (timedelta(hours=1), None, timedelta(minutes=31), False),
+    ],
+)
+def test_the_expiry_is_pushed_forward_at_half_its_span_or_1_5_intervals_before_it_lapses(
+    span: timedelta, interval: timedelta | None, left: timedelta, due: bool
+) -> None:
+    assert ExpiryPolicy(span, interval).due(T0 + left, T0) is due
+
+
+def test_an_expiry_is_added_when_missing_and_dropped_when_no_longer_wanted() -> None:
+    assert ExpiryPolicy(timedelta(minutes=3), None).due(None, T0) is True
+    assert ExpiryPolicy(None, timedelta(seconds=60)).due(T0 + timedelta(days=1), T0) is True
+    assert ExpiryPolicy(None, timedelta(seconds=60)).due(None, T0) is False
+    assert ExpiryPolicy(None, None).expiry_at(T0) is None
+    late = T0 + timedelta(microseconds=999999)
+    assert ExpiryPolicy(timedelta(minutes=3), None).expiry_at(late) == T0 + timedelta(minutes=3)
+
+
+def test_a_failure_is_logged_once_while_it_repeats_and_the_recovery_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    failures = FailureLog(logging.getLogger("gfd"))
+    with caplog.at_level(logging.INFO, logger="gfd"):
+        for _ in range(3):
+            failures.failed("driver: not loaded", labels_kept=True)
+        failures.failed("hardware: GPU 0 lost", labels_kept=False)
+        failures.succeeded("nvml")
+        failures.succeeded("nvml")
+        failures.failed("driver: not loaded", labels_kept=False)
+    assert [r.getMessage() for r in caplog.records] == [
+        "driver: not loaded; the labels already written stay",
+        "hardware: GPU 0 lost",
+        "pass succeeded again (backend nvml)",
+        "driver: not loaded",
+    ]
+
+
+def test_a_request_from_another_thread_wakes_the_sleeping_loop() -> None:
+    control = LoopControl()
+    with control.running():
+        threading.Timer(0.05, control.request_reload).start()
+        control.sleep(None)  # for ever, but for the request
+        assert control.take_reload() is True
+        assert control.take_reload() is False
+        control.stop()
+        control.sleep(None)  # asked already: returns at once
+    assert control.stop_reason == "asked to stop"
+
+
+def test_a_reload_keeps_the_settings_when_the_new_ones_cannot_be_read(
+    profile: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    current = settings(profile, tmp_path / "gfd")
+
+    def broken() -> Settings:
+        raise ConfigError("--config-file x.yaml: not valid YAML")
+
+    assert reread_settings(current, None) is None
+    assert reread_settings(current, lambda: current) is None
+    with caplog.at_level(logging.ERROR, logger="gfd"):
+        assert reread_settings(current, broken) is None
+    assert caplog.messages == ["reload: --config-file x.yaml: not valid YAML; keeping the settings in use"]
+    changed = settings(profile, tmp_path / "other")
+    assert reread_settings(current, lambda: changed) is changed
