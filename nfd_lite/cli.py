@@ -13,10 +13,11 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from hostport import parse_address
-from nfd_lite.features import FeatureState
+from nfd_lite.features import FeatureState, now_utc
 from nfd_lite.parser import Limits
 from nfd_lite.policy import DEFAULT_ALLOW_PREFIXES, Policy, allow_key_problem, prefix_problem
-from nfd_lite.reconciler import OWNED_ANNOTATION, NodeState, plan
+from nfd_lite.reconciler import OWNED_ANNOTATION, NodeState
+from nfd_lite.settings import WriterSettings
 
 if TYPE_CHECKING:
     from nfd_lite.client import NodeApi
@@ -166,22 +167,22 @@ def _limits(args: argparse.Namespace) -> Limits:
 def dry_run(
     dirs: list[Path], policy: Policy, overwrite: bool, limits: Limits | None = None
 ) -> dict[str, Any]:
-    """What the writer would do to a node that carries nothing yet; reads files only. Lines dropped
+    """What a sync pass would send to a node that carries nothing yet; reads files only. Lines dropped
     because their +expiry-time has passed are listed (and logged at info), since they explain a label
     that is missing."""
-    from nfd_lite.service import now_utc
+    from nfd_lite.sync import plan_pass  # the planning a real pass does; imported here as it loads the client
 
-    state = FeatureState(dirs, policy, limits)
+    settings = WriterSettings("", dirs, policy=policy, limits=limits or Limits(), overwrite=overwrite)
+    state = FeatureState(dirs, policy, settings.limits)
     now = now_utc()
     state.rescan(now)
-    labels = state.labels(now)
     for expired in state.expired:
         log.info("%s:%d %s: expired (its +expiry-time has passed)", expired.file, expired.line, expired.key)
-    result = plan(labels, NodeState({}, {}, ""), overwrite=overwrite, may_own=policy.may_own)
+    result = plan_pass(state, NodeState({}, {}, ""), settings, now, allow_removal=True)
     if result.patch is not None:
         del result.patch["metadata"]["resourceVersion"]  # the real patch carries the one it read
     return {
-        "labels": labels,
+        "labels": state.labels(now),
         "rejected": [r.as_dict() for r in state.rejected],
         "expired": [e.as_dict() for e in state.expired],
         "patch": result.patch,
@@ -216,9 +217,10 @@ def _api(args: argparse.Namespace) -> NodeApi:
 
 
 def _run(args: argparse.Namespace, policy: Policy, dirs: list[Path]) -> int:
-    from nfd_lite.client import ApiError, explain
+    from nfd_lite.client import AccessDenied, ApiError, explain
+    from nfd_lite.prune import prune
     from nfd_lite.selfcheck import PolicyNotEnforced
-    from nfd_lite.service import Service, Settings, prune
+    from nfd_lite.service import Service
 
     if args.overwrite and args.command == "run" and not args.allow_without_admission_policy:
         raise UsageError(
@@ -232,7 +234,7 @@ def _run(args: argparse.Namespace, policy: Policy, dirs: list[Path]) -> int:
             removed = prune(api, policy)
             print(f"removed {len(removed)} owned labels and the ownership annotation from {args.node_name}")
             return 0
-        settings = Settings(
+        settings = WriterSettings(
             node_name=args.node_name, directories=dirs, policy=policy, overwrite=args.overwrite,
             poll=args.poll, resync_interval=max(args.resync_interval, 1.0), debounce=args.debounce,
             startup_grace=args.startup_grace, watch_timeout=max(args.watch_timeout, 1),
@@ -260,7 +262,7 @@ def _run(args: argparse.Namespace, policy: Policy, dirs: list[Path]) -> int:
             return 2
         return 0
     except ApiError as err:
-        message = explain(err) if err.status in (401, 403) else f"{err.code}: {err.message}"
+        message = explain(err) if isinstance(err, AccessDenied) else f"{err.code}: {err.message}"
         print(f"nfd-lite: error: {message}", file=sys.stderr)
         return 1
     except PolicyNotEnforced as err:
@@ -299,11 +301,11 @@ def main(argv: list[str] | None = None) -> int:
         if not args.node_name:
             raise UsageError("--node-name (or env NODE_NAME) is required")
         _light_kubernetes_import()
-        from nfd_lite.client import ConfigError
+        from nfd_lite.client import ClientConfigError
 
         try:
             return _run(args, policy, dirs)
-        except ConfigError as err:
+        except ClientConfigError as err:
             raise UsageError(str(err)) from None
     except UsageError as err:
         print(f"nfd-lite: error: {err}", file=sys.stderr)

@@ -30,24 +30,82 @@ USER_AGENT = "nfd-lite/0.1"
 FIELD_MANAGER = "nfd-lite"
 
 
-class ConfigError(Exception):
+class ClientConfigError(Exception):
     """The client cannot be configured (one line for the user)."""
 
 
 class ApiError(Exception):
-    """A failed request: ``status`` is the HTTP code, 0 for connection errors and timeouts."""
+    """A failed request: ``status`` is the HTTP code, 0 for connection errors and timeouts. Callers tell
+    failures apart by subclass (what the failure means), never by comparing ``status``."""
 
     def __init__(self, status: int, message: str, retry_after: float | None = None, verb: str = "") -> None:
         super().__init__(message)
         self.status = status
         self.message = message
-        self.retry_after = retry_after
+        self.retry_after = retry_after  # seconds the server asked us to wait (429, 503), if it said
         self.verb = verb  # the Kubernetes verb of the failed request: get, list, watch or patch
 
     @property
     def code(self) -> str:
         """Metric label: the HTTP code, or "connection"."""
         return str(self.status) if self.status else "connection"
+
+
+class ConnectionFailed(ApiError):
+    """No answer: the connection failed or timed out, or a watch stream broke off (status 0)."""
+
+
+class AccessDenied(ApiError):
+    """401 or 403: a credential or permission is missing, which retrying alone does not fix."""
+
+
+class Unauthorized(AccessDenied):
+    """401: the server did not accept the credentials."""
+
+
+class Forbidden(AccessDenied):
+    """403: RBAC or an admission policy refused the request."""
+
+
+class NotFound(ApiError):
+    """404: the Node does not exist."""
+
+
+class Conflict(ApiError):
+    """409: the Node changed since it was read (the patch carried a stale resourceVersion)."""
+
+
+class Gone(ApiError):
+    """410: the watch's resourceVersion is too old to resume from; list again."""
+
+
+class Throttled(ApiError):
+    """429: too many requests; ``retry_after`` says how long to wait, when the server said."""
+
+
+class ServerError(ApiError):
+    """5xx: the server (or something in front of it) failed."""
+
+
+_BY_STATUS: dict[int, type[ApiError]] = {
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    410: Gone,
+    429: Throttled,
+}
+
+
+def api_error(status: int, message: str, retry_after: float | None = None, verb: str = "") -> ApiError:
+    """The ApiError subclass saying what ``status`` means."""
+    if status == 0:
+        kind: type[ApiError] = ConnectionFailed
+    elif status >= 500:
+        kind = ServerError
+    else:
+        kind = _BY_STATUS.get(status, ApiError)
+    return kind(status, message, retry_after, verb)
 
 
 class TokenFile:
@@ -64,7 +122,7 @@ class TokenFile:
             info = os.stat(self.path)
             self.token = self.path.read_text().strip()
         except OSError as err:
-            raise ConfigError(f"cannot read service account token {self.path}: {err.strerror}") from err
+            raise ClientConfigError(f"cannot read service account token {self.path}: {err.strerror}") from err
         self._stamp = (info.st_ino, info.st_mtime_ns, info.st_size)
         return self.token
 
@@ -79,7 +137,7 @@ class TokenFile:
     def force(self, configuration: Configuration) -> None:
         try:
             configuration.api_key["BearerToken"] = self.read()
-        except ConfigError as err:
+        except ClientConfigError as err:
             log.warning("%s", err)
 
 
@@ -100,13 +158,15 @@ def _check_tls(ca: tuple[str, str] | None, client: tuple[str, str, str] | None) 
         try:
             context.load_verify_locations(cafile=path)
         except OSError as err:
-            raise ConfigError(f"{what}: {_tls_problem(err, 'a PEM CA certificate')}") from None
+            raise ClientConfigError(f"{what}: {_tls_problem(err, 'a PEM CA certificate')}") from None
     if client is not None:
         what, cert, key = client
         try:
             context.load_cert_chain(cert, key)
         except OSError as err:
-            raise ConfigError(f"{what}: {_tls_problem(err, 'a matching PEM certificate and key')}") from None
+            raise ClientConfigError(
+                f"{what}: {_tls_problem(err, 'a matching PEM certificate and key')}"
+            ) from None
 
 
 def _server_problem(url: object) -> str | None:
@@ -128,19 +188,23 @@ def in_cluster_configuration(
 ) -> tuple[Configuration, TokenFile]:
     host, port = environ.get("KUBERNETES_SERVICE_HOST", ""), environ.get("KUBERNETES_SERVICE_PORT", "")
     if not host and not port:
-        raise ConfigError("not running in a cluster (KUBERNETES_SERVICE_HOST/PORT unset); pass --kubeconfig")
+        raise ClientConfigError(
+            "not running in a cluster (KUBERNETES_SERVICE_HOST/PORT unset); pass --kubeconfig"
+        )
     if not host or not port:
         unset, kept = ("HOST", "PORT") if not host else ("PORT", "HOST")
-        raise ConfigError(
+        raise ClientConfigError(
             f"KUBERNETES_SERVICE_{unset} is unset or empty but KUBERNETES_SERVICE_{kept} is set"
         )
     if not port.isdecimal() or not 0 < int(port) < 65536:
-        raise ConfigError(f"KUBERNETES_SERVICE_PORT={port!r} is not a port number")
+        raise ClientConfigError(f"KUBERNETES_SERVICE_PORT={port!r} is not a port number")
     if ":" in host:
         host = f"[{host}]"
     url = f"https://{host}:{port}"
     if _server_problem(url) or urllib3.util.parse_url(url).port != int(port):
-        raise ConfigError(f"KUBERNETES_SERVICE_HOST={environ['KUBERNETES_SERVICE_HOST']!r} is not a host")
+        raise ClientConfigError(
+            f"KUBERNETES_SERVICE_HOST={environ['KUBERNETES_SERVICE_HOST']!r} is not a host"
+        )
     config = Configuration()
     config.host = url
     ca = sa_dir / "ca.crt"
@@ -148,7 +212,7 @@ def in_cluster_configuration(
     config.ssl_ca_cert = str(ca)
     token = TokenFile(sa_dir / "token")
     if not token.read():
-        raise ConfigError(f"service account token {token.path} is empty")
+        raise ClientConfigError(f"service account token {token.path} is empty")
     config.api_key["BearerToken"] = token.token
     config.api_key_prefix["BearerToken"] = "Bearer"
     config.refresh_api_key_hook = token.refresh  # type: ignore[assignment]
@@ -159,21 +223,21 @@ def _read_kubeconfig(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as err:
-        raise ConfigError(f"cannot read it: {err.strerror or err}") from None
+        raise ClientConfigError(f"cannot read it: {err.strerror or err}") from None
     except UnicodeDecodeError as err:
-        raise ConfigError(f"not UTF-8 text (byte {err.start}: {err.reason})") from None
+        raise ClientConfigError(f"not UTF-8 text (byte {err.start}: {err.reason})") from None
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise ConfigError(f"not valid YAML: {err.problem or err.context}{where}") from None
+        raise ClientConfigError(f"not valid YAML: {err.problem or err.context}{where}") from None
     except yaml.reader.ReaderError as err:  # control characters
-        raise ConfigError(f"not valid YAML: {err.reason} (character {err.position})") from None
+        raise ClientConfigError(f"not valid YAML: {err.reason} (character {err.position})") from None
     except yaml.YAMLError as err:
-        raise ConfigError(f"not valid YAML: {' '.join(str(err).split())}") from None
+        raise ClientConfigError(f"not valid YAML: {' '.join(str(err).split())}") from None
     if data is None:
-        raise ConfigError("the file is empty")
+        raise ClientConfigError("the file is empty")
     if not isinstance(data, dict):
-        raise ConfigError(f"expected a kubeconfig mapping at the top level, got {type(data).__name__}")
+        raise ClientConfigError(f"expected a kubeconfig mapping at the top level, got {type(data).__name__}")
     return data
 
 
@@ -185,24 +249,24 @@ def _named(document: dict[str, Any], section: str, name: object) -> dict[str, An
     if entries is None and section == "users":
         return None
     if not isinstance(entries, list):
-        raise ConfigError(f"'{section}' is missing or not a list")
+        raise ClientConfigError(f"'{section}' is missing or not a list")
     if not all(isinstance(entry, dict) and "name" in entry for entry in entries):
-        raise ConfigError(f"every entry of '{section}' needs a 'name'")
+        raise ClientConfigError(f"every entry of '{section}' needs a 'name'")
     found = [entry for entry in entries if entry["name"] == name]
     if not found:
         return None
     if len(found) > 1:
-        raise ConfigError(f"{kind} {name!r} is in '{section}' more than once")
+        raise ClientConfigError(f"{kind} {name!r} is in '{section}' more than once")
     body = found[0].get(kind)
     if not isinstance(body, dict):
-        raise ConfigError(f"{kind} {name!r} has no '{kind}' mapping")
+        raise ClientConfigError(f"{kind} {name!r} has no '{kind}' mapping")
     return body
 
 
 def _required(document: dict[str, Any], section: str, name: object, named_by: str) -> dict[str, Any]:
     body = _named(document, section, name)
     if body is None:
-        raise ConfigError(f"{section[:-1]} {name!r} named by {named_by} is not in '{section}'")
+        raise ClientConfigError(f"{section[:-1]} {name!r} named by {named_by} is not in '{section}'")
     return body
 
 
@@ -213,30 +277,30 @@ def _check_sources(body: dict[str, Any], owner: str, base: Path, *keys: str) -> 
     for key in keys:
         if f"{key}-data" in body:
             if body[f"{key}-data"] is None:
-                raise ConfigError(f"{owner}: {key}-data is empty")
+                raise ClientConfigError(f"{owner}: {key}-data is empty")
             try:
                 base64.standard_b64decode(body[f"{key}-data"])  # as leniently as the loader
             except (TypeError, ValueError):
-                raise ConfigError(f"{owner}: {key}-data is not base64") from None
+                raise ClientConfigError(f"{owner}: {key}-data is not base64") from None
         elif key in body:
             if not isinstance(body[key], str):
-                raise ConfigError(f"{owner}: {key} is not a file name")
+                raise ClientConfigError(f"{owner}: {key} is not a file name")
             if not (base / body[key]).is_file():
-                raise ConfigError(f"{owner}: {key} {base / body[key]}: missing or not a file")
+                raise ClientConfigError(f"{owner}: {key} {base / body[key]}: missing or not a file")
 
 
 def _check_kubeconfig(document: dict[str, Any], base: Path) -> tuple[str, dict[str, Any], str]:
     """The current context's cluster name and cluster, and its user's name ("" when it names none)."""
     current = document.get("current-context")
     if not current or not isinstance(current, str):
-        raise ConfigError("no current-context")
+        raise ClientConfigError("no current-context")
     context = _required(document, "contexts", current, "current-context")
     cluster_name = context.get("cluster")
     if not cluster_name or not isinstance(cluster_name, str):
-        raise ConfigError(f"context {current!r} names no cluster")
+        raise ClientConfigError(f"context {current!r} names no cluster")
     cluster = _required(document, "clusters", cluster_name, f"context {current!r}")
     if problem := _server_problem(cluster.get("server")):
-        raise ConfigError(f"cluster {cluster_name!r}: {problem}")
+        raise ClientConfigError(f"cluster {cluster_name!r}: {problem}")
     _check_sources(cluster, f"cluster {cluster_name!r}", base, "certificate-authority")
     user_name = context.get("user") or ""
     # A user the file does not define means no credentials, for the loader as for kubectl.
@@ -262,7 +326,7 @@ class _LoaderErrors(logging.Filter):
 
 def kubeconfig_configuration(path: Path) -> Configuration:
     """The client configuration of ``path``'s current context. Every mistake in the file is one
-    ConfigError line naming the file; the client's own loader would crash on most of them."""
+    ClientConfigError line naming the file; the client's own loader would crash on most of them."""
     from kubernetes.config.config_exception import ConfigException
     from kubernetes.config.kube_config import KubeConfigLoader
 
@@ -270,8 +334,8 @@ def kubeconfig_configuration(path: Path) -> Configuration:
     try:
         document = _read_kubeconfig(path)
         cluster_name, cluster, user_name = _check_kubeconfig(document, base)
-    except ConfigError as err:
-        raise ConfigError(f"{where}: {err}") from None
+    except ClientConfigError as err:
+        raise ClientConfigError(f"{where}: {err}") from None
     config = Configuration()
     loader_errors = _LoaderErrors()
     logging.getLogger().addFilter(loader_errors)  # a logger's filter sees only records logged on it
@@ -279,20 +343,20 @@ def kubeconfig_configuration(path: Path) -> Configuration:
         # No config_persister: the loader must never rewrite the user's file (it would after a token refresh).
         KubeConfigLoader(document, config_base_path=str(base)).load_and_set(config)
     except ConfigException as err:
-        raise ConfigError(f"{where}: {str(err).removeprefix('Invalid kube-config file. ')}") from None
+        raise ClientConfigError(f"{where}: {str(err).removeprefix('Invalid kube-config file. ')}") from None
     except OSError as err:  # e.g. a tokenFile or certificate file it could not read
-        raise ConfigError(
+        raise ClientConfigError(
             f"{where}: cannot read {err.filename or 'a file it names'}: {err.strerror or err}"
         ) from None
     except (ValueError, TypeError, KeyError, AttributeError) as err:
         # What the checks above do not foresee (auth-provider and exec sections, token files): the loader
         # reports it as whatever its indexing raised.
-        raise ConfigError(f"{where}: malformed kubeconfig ({type(err).__name__}: {err})") from None
+        raise ClientConfigError(f"{where}: malformed kubeconfig ({type(err).__name__}: {err})") from None
     finally:
         logging.getLogger().removeFilter(loader_errors)
     if loader_errors.messages:
         problem = loader_errors.messages[0].removeprefix("exec: ")
-        raise ConfigError(f"{where}: user {user_name!r}: exec credential plugin failed: {problem}")
+        raise ClientConfigError(f"{where}: user {user_name!r}: exec credential plugin failed: {problem}")
     if config.host.startswith("https:"):
         ca_what = f"cluster {cluster_name!r}: certificate-authority"
         if not cluster.get("certificate-authority-data"):
@@ -302,8 +366,8 @@ def kubeconfig_configuration(path: Path) -> Configuration:
             client = (f"user {user_name!r}: client certificate/key", config.cert_file, config.key_file)
         try:
             _check_tls((ca_what, config.ssl_ca_cert) if config.ssl_ca_cert else None, client)
-        except ConfigError as err:
-            raise ConfigError(f"{where}: {err}") from None
+        except ClientConfigError as err:
+            raise ClientConfigError(f"{where}: {err}") from None
     return config
 
 
@@ -383,7 +447,7 @@ class NodeApi:
             try:
                 response = self.api.call_api(*request, _request_timeout=timeout or self.request_timeout)
             except (urllib3.exceptions.HTTPError, OSError) as err:
-                raise ApiError(0, f"{method} {path}: {type(err).__name__}: {err}", verb=verb) from err
+                raise ConnectionFailed(0, f"{method} {path}: {type(err).__name__}: {err}", verb=verb) from err
             if 200 <= response.status < 300:
                 if stream:
                     return response.response
@@ -392,7 +456,7 @@ class NodeApi:
             if response.status == 401 and attempt == 1 and self.token is not None:
                 self.token.force(self.configuration)  # a rotated token: read it and try once more
                 continue
-            raise ApiError(
+            raise api_error(
                 response.status,
                 _status_message(response.status, data),
                 _retry_after(response.headers) if response.status in (429, 503) else None,
@@ -428,7 +492,7 @@ class NodeApi:
         return node, rv
 
     def watch(self, resource_version: str, timeout_seconds: int) -> Iterator[dict[str, Any]]:
-        """Events of the own-node watch until the server ends it. Raises ApiError(410) when expired."""
+        """Events of the own-node watch until the server ends it. Raises Gone when expired."""
         query = [
             self._selector(),
             ("watch", "true"),
@@ -452,21 +516,20 @@ class NodeApi:
                     event = json.loads(line)
                     if event.get("type") == "ERROR":
                         status = event.get("object") or {}
-                        raise ApiError(
-                            int(status.get("code") or 500), str(status.get("message") or "watch error")
-                        )
+                        code = int(status.get("code") or 500)
+                        raise api_error(code, str(status.get("message") or "watch error"), verb="watch")
                     yield event
         except (urllib3.exceptions.HTTPError, OSError) as err:
-            raise ApiError(0, f"watch: {type(err).__name__}: {err}") from err
+            raise ConnectionFailed(0, f"watch: {type(err).__name__}: {err}", verb="watch") from err
         except ValueError as err:
-            raise ApiError(0, f"watch: undecodable event: {err}") from err
+            raise ConnectionFailed(0, f"watch: undecodable event: {err}", verb="watch") from err
         finally:
             response.release_conn()
 
 
-def explain(err: ApiError) -> str:
+def explain(err: AccessDenied) -> str:
     """One clear line for 401/403: which credential or permission is missing, or which policy refused."""
-    if err.status == 401:
+    if isinstance(err, Unauthorized):
         return (
             "the API server rejected the credentials (401): the service account token is missing, expired "
             f"or revoked; the token file is re-read on every retry ({err.message})"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 from nfd_lite.parser import (
@@ -23,6 +23,11 @@ from nfd_lite.policy import Policy
 TOO_MANY_LABELS = "too-many-labels"
 OWNED_TOO_LARGE = "owned-annotation-full"
 CAPS = ("files", "bytes", "labels", "owned-annotation")  # the values of the capped metric's "cap" label
+
+
+def now_utc() -> datetime:
+    """The clock that +expiry-time is compared with."""
+    return datetime.now(UTC)
 
 
 def cap_labels(

@@ -9,22 +9,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from nfd_lite.metrics import Metrics
+from hostport import parse_address
+from nfd_lite.metrics import WriterMetrics
 
 log = logging.getLogger(__name__)
 
 
-def parse_address(address: str) -> tuple[str, int]:
-    """``host:port``, ``:port`` (all interfaces) or ``[v6]:port``; raises ValueError."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"--metrics-address {address!r} is not host:port")
-    return host.strip("[]") or "0.0.0.0", int(port)
-
-
 class HealthServer:
     def __init__(
-        self, address: str, metrics: Metrics, healthy: Callable[[], bool], ready: Callable[[], bool]
+        self, address: str, metrics: WriterMetrics, healthy: Callable[[], bool], ready: Callable[[], bool]
     ) -> None:
         host, port = parse_address(address)
         checks = {"/healthz": healthy, "/readyz": ready}

@@ -5,7 +5,7 @@ record, on the writer's own Node."""
 
 from __future__ import annotations
 
-from nfd_lite.client import ApiError, NodeApi
+from nfd_lite.client import Forbidden, NodeApi
 
 PROBE_ANNOTATION = "gpu-labeller.io/admission-probe"
 POLICY_MISSING = (
@@ -20,18 +20,14 @@ class PolicyNotEnforced(Exception):
     """The server accepted a request the admission policy must refuse."""
 
 
-def refused_by_policy(err: ApiError) -> bool:
-    return err.status == 403 and "ValidatingAdmissionPolicy" in err.message
-
-
 def check_policy(api: NodeApi) -> None:
     """Return if the policy refused the probe; raise PolicyNotEnforced if the server accepted it, and the
     ApiError itself for anything else (unreachable, RBAC, another admission controller), so the caller's
     retry policy and error reporting apply as to any request."""
     try:
         api.patch_node({"metadata": {"annotations": {PROBE_ANNOTATION: "must-be-refused"}}}, dry_run=True)
-    except ApiError as err:
-        if refused_by_policy(err):
+    except Forbidden as err:
+        if "ValidatingAdmissionPolicy" in err.message:
             return
         raise
     raise PolicyNotEnforced(POLICY_MISSING)

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from nfd_lite.client import ApiError, NodeApi, kubeconfig_configuration
+from nfd_lite.client import Gone, NodeApi, kubeconfig_configuration
 from nfd_lite.reconciler import OWNED_ANNOTATION
-from nfd_lite.service import Service, Settings
+from nfd_lite.service import Service
+from nfd_lite.settings import WriterSettings
 from tests.kube.controlplane import OLDEST_BINARIES, ControlPlane
 from tests.kube.fixtures import apply_rbac
 from tests.kube.writer import PodWriter, eventually, in_pod
@@ -131,22 +132,22 @@ def test_an_expired_watch_is_listed_again(restartable: ControlPlane, tmp_path: P
             kube.patch_node(node, {"metadata": {"labels": {"example.com/churn": str(n)}}})
         kube.restart_apiserver()
         apply_rbac(kube)  # waits until the restarted server enforces the policy again
-        with pytest.raises(ApiError) as gone:
+        with pytest.raises(Gone):
             next(iter(api.watch(stale, 5)))
-        assert gone.value.status == 410, gone.value.message
 
         features = tmp_path / "features.d"
         features.mkdir()
         (features / "gfd").write_text("nvidia.com/gpu.count=3\n")
         service = Service(
-            Settings(node, [features], startup_grace=0.0, max_backoff=0.5, resync_interval=3600), api
+            WriterSettings(node, [features], startup_grace=0.0, max_backoff=0.5, resync_interval=3600), api
         )
-        service._watch_rv = stale  # as after the restart: the next watch starts from an expired version
+        # As after the restart: the next watch starts from an expired version.
+        service.watch.resource_version = stale
         runner = threading.Thread(target=service.run, daemon=True)
         runner.start()
         try:
             assert eventually(lambda: ours(kube, node) == {"nvidia.com/gpu.count": "3"})
-            assert eventually(lambda: service._watch_rv not in (None, stale))
+            assert eventually(lambda: service.watch.resource_version not in (None, stale))
             kube.patch_node(node, {"metadata": {"labels": {"nvidia.com/gpu.count": "0"}}})
             assert eventually(lambda: ours(kube, node) == {"nvidia.com/gpu.count": "3"}), "watch is back"
         finally:

@@ -17,7 +17,8 @@ from types import TracebackType
 from typing import Any
 
 from nfd_lite.client import NodeApi, kubeconfig_configuration
-from nfd_lite.service import Service, Settings
+from nfd_lite.service import Service
+from nfd_lite.settings import WriterSettings
 from tests.kube.controlplane import ControlPlane
 
 WRITER_USER = "system:serviceaccount:gpu-labeller:nfd-lite"
@@ -121,7 +122,7 @@ class ThreadWriter:
         config = kubeconfig_configuration(kube.kubeconfig(workdir / f"kubeconfig-{node}", self.token))
         self.api = NodeApi(config, node, request_timeout=5.0)
         options: dict[str, Any] = {"max_backoff": 0.5, "slow_retry": 0.5, "startup_grace": 0.0} | settings
-        self.service = Service(Settings(node, [self.dir], **options), self.api)
+        self.service = Service(WriterSettings(node, [self.dir], **options), self.api)
         self.thread = threading.Thread(target=self.service.run, daemon=True)
 
     def __enter__(self) -> ThreadWriter:

@@ -20,7 +20,7 @@ from nfd_lite.client import SERVICE_ACCOUNT_DIR
 from nfd_lite.reconciler import OWNED_ANNOTATION
 from tests.apiserver.server import FakeApiServer
 from tests.apiserver.tls import make_certificate
-from tests.nfd_lite.writer import NODE, eventually, ours, owned
+from tests.nfd_lite.harness import NODE, eventually, ours, owned
 
 ROOT = Path(__file__).resolve().parents[2]
 Setup = tuple[FakeApiServer, Path, Path]
@@ -177,7 +177,7 @@ IN_CLUSTER = {"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "
 
 
 def test_in_cluster_configuration_reads_the_service_account(tmp_path: Path, ca_pem: Path) -> None:
-    from nfd_lite.client import ConfigError, in_cluster_configuration
+    from nfd_lite.client import ClientConfigError, in_cluster_configuration
 
     (tmp_path / "token").write_text("first\n")
     (tmp_path / "ca.crt").write_bytes(ca_pem.read_bytes())
@@ -188,7 +188,7 @@ def test_in_cluster_configuration_reads_the_service_account(tmp_path: Path, ca_p
     (tmp_path / ".token").write_text("second\n")
     (tmp_path / ".token").rename(tmp_path / "token")
     assert config.get_api_key_with_prefix("BearerToken") == "Bearer second"  # rotation picked up
-    with pytest.raises(ConfigError, match="KUBERNETES_SERVICE_HOST"):
+    with pytest.raises(ClientConfigError, match="KUBERNETES_SERVICE_HOST"):
         in_cluster_configuration(tmp_path, {})
 
 
@@ -205,13 +205,13 @@ def test_in_cluster_configuration_reads_the_service_account(tmp_path: Path, ca_p
 def test_a_broken_service_account_dir_is_named(
     tmp_path: Path, ca_pem: Path, token: str | None, ca: str | None, needle: str
 ) -> None:
-    from nfd_lite.client import ConfigError, in_cluster_configuration
+    from nfd_lite.client import ClientConfigError, in_cluster_configuration
 
     if token is not None:
         (tmp_path / "token").write_text(token)
     if ca is not None:
         (tmp_path / "ca.crt").write_text(ca_pem.read_text() if ca == "pem" else ca)
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(ClientConfigError) as caught:
         in_cluster_configuration(tmp_path, IN_CLUSTER)
     assert str(caught.value).startswith(needle.format(sa=tmp_path))
 

@@ -11,7 +11,7 @@ import pytest
 from nfd_lite.client import NodeApi, TokenFile
 from nfd_lite.service import Service
 from tests.apiserver.server import FakeApiServer
-from tests.nfd_lite.writer import NODE, OTHER_NODE, Writer, eventually, node_api, ours, owned
+from tests.nfd_lite.harness import NODE, OTHER_NODE, Writer, eventually, node_api, ours, owned
 
 PATCH_PATH = f"/api/v1/nodes/{NODE}"
 WANT = {"nvidia.com/gpu.count": "2"}

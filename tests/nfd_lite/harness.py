@@ -1,4 +1,4 @@
-"""Helpers for end-to-end tests: a real writer (Service + real kubernetes client) in a thread."""
+"""A real writer (Service + real kubernetes client) in a thread against the fake API server, for tests."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from typing import Any
 from nfd_lite.client import NodeApi, kubeconfig_configuration
 from nfd_lite.policy import DEFAULT_ALLOW_PREFIXES, Policy
 from nfd_lite.reconciler import OWNED_ANNOTATION
-from nfd_lite.service import Service, Settings
+from nfd_lite.service import Service
+from nfd_lite.settings import WriterSettings
 from tests.apiserver.server import FakeApiServer
 
 NODE = "gpu-1"
@@ -74,7 +75,8 @@ class Writer:
         # the writer's start-up check that it is enforced would refuse to run here.
         defaults["require_admission_policy"] = False
         options: dict[str, Any] = defaults | settings
-        self.service = Service(Settings(NODE, [self.dir], **options), api or node_api(apiserver, tmp_path))
+        api = api or node_api(apiserver, tmp_path)
+        self.service = Service(WriterSettings(NODE, [self.dir], **options), api)
         self.thread = threading.Thread(target=self.service.run, daemon=True)
 
     def __enter__(self) -> Writer:

@@ -1,0 +1,58 @@
+"""The main loop's schedule: a sync pass after a burst of file events (debounced) or a Node change, a
+safety rescan every resync interval, a rescan when a label's +expiry-time passes, and a check of the
+directories' identity every second (inotify misses a directory replaced under it)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from nfd_lite.features import FeatureState, now_utc
+from nfd_lite.inbox import Inbox
+from nfd_lite.watcher import DirWatcher
+
+DIRECTORY_CHECK = 1.0  # seconds between checks that each directory is still the one watched
+
+
+class MainLoop:
+    def __init__(
+        self,
+        inbox: Inbox,
+        features: FeatureState,
+        rescan: Callable[[], None],
+        sync: Callable[[], None],
+        resync_interval: float,
+        stop: threading.Event,
+    ) -> None:
+        self.inbox = inbox
+        self.features = features
+        self.rescan = rescan
+        self.sync = sync
+        self.resync_interval = resync_interval
+        self.stop = stop
+
+    def run(self, watcher: DirWatcher) -> None:
+        """Until ``stop`` is set; a stop while a pass waits to retry raises Stopped."""
+        next_resync = time.monotonic() + self.resync_interval
+        next_check = time.monotonic() + DIRECTORY_CHECK
+        while not self.stop.is_set():
+            expiry = self.features.next_expiry(now_utc())
+            until = min(next_resync, next_check)
+            if expiry is not None:
+                until = min(until, time.monotonic() + (expiry - now_utc()).total_seconds())
+            files_due, node_due = self.inbox.wait(until)
+            now = time.monotonic()
+            if self.stop.is_set():
+                break
+            if now >= next_check:
+                next_check = now + DIRECTORY_CHECK
+                watcher.refresh()  # reattaches replaced or new directories (and notifies)
+            expired = expiry is not None and expiry <= now_utc()
+            if files_due or expired or now >= next_resync:
+                if now >= next_resync:
+                    next_resync = now + self.resync_interval
+                self.rescan()
+                files_due = True
+            if (files_due or node_due) and self.inbox.node is not None:
+                self.sync()

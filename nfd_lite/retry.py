@@ -1,0 +1,154 @@
+"""One retry policy for every request the writer makes (the daemon, --oneshot and prune): which failures
+are tried again, how long to wait first, and what is logged about them."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+from tenacity.stop import stop_base
+
+from nfd_lite.client import (
+    AccessDenied,
+    ApiError,
+    Conflict,
+    ConnectionFailed,
+    Gone,
+    ServerError,
+    explain,
+)
+from nfd_lite.metrics import WriterMetrics
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class Stopped(Exception):
+    """The writer was asked to stop while waiting to retry."""
+
+
+class Outage:
+    """How long the API server has been unreachable or failing. An outage this long may have been an
+    upgrade that dropped the admission policy, so the writer checks it again before its next write."""
+
+    def __init__(self, long_after: float) -> None:
+        self.long_after = long_after
+        self._since: float | None = None
+        self._long_one_ended = False
+
+    def failed(self, err: ApiError) -> None:
+        if isinstance(err, ConnectionFailed | ServerError):
+            self._since = self._since or time.monotonic()
+
+    def answered(self) -> None:
+        if self._since is not None:
+            if time.monotonic() - self._since >= self.long_after:
+                self._long_one_ended = True
+            self._since = None
+
+    def take_long_one(self) -> bool:
+        """Whether a long outage ended since the last call."""
+        ended, self._long_one_ended = self._long_one_ended, False
+        return ended
+
+
+class RetryPolicy:
+    """Capped exponential backoff with jitter; at once after 410 and (twice) after 409; as the server asks
+    after 429/503; slowly after 401/403 while running unbounded, since those need a human."""
+
+    def __init__(
+        self,
+        *,
+        max_backoff: float = 30.0,
+        slow_retry: float = 30.0,
+        final: tuple[type[Exception], ...] = (),
+        stop: threading.Event | None = None,
+        metrics: WriterMetrics | None = None,
+        outage: Outage | None = None,
+    ) -> None:
+        self.max_backoff = max_backoff
+        self.slow_retry = slow_retry
+        self.final = final  # failures never retried: they end the call at once
+        self.stop = stop or threading.Event()
+        self.metrics = metrics
+        self.outage = outage
+        self._auth_logged: dict[str, float] = {}
+
+    def wait(self, retry_state: RetryCallState, bounded: bool) -> float:
+        # "Equal jitter": half to all of 0.1 s * 2^n, at most max_backoff.
+        exponential = wait_exponential(multiplier=0.1, max=self.max_backoff)(retry_state)
+        base = exponential * random.uniform(0.5, 1.0)
+        err = retry_state.outcome.exception() if retry_state.outcome else None
+        if isinstance(err, Gone):
+            return 0.0
+        if isinstance(err, Conflict) and retry_state.attempt_number <= 2:
+            return random.uniform(0.0, 0.02)  # someone else wrote first: re-read and retry at once
+        if isinstance(err, ApiError) and err.retry_after is not None:
+            return err.retry_after + random.uniform(0.0, 0.05)
+        if isinstance(err, AccessDenied) and not bounded:
+            return max(base, self.slow_retry)
+        return float(base)
+
+    def _sleep(self, seconds: float) -> None:
+        if self.stop.wait(seconds):
+            raise Stopped
+
+    def _failed(self, retry_state: RetryCallState, verb: str) -> None:
+        err = retry_state.outcome.exception() if retry_state.outcome else None
+        if isinstance(err, AccessDenied):
+            line = explain(err)
+            now = time.monotonic()
+            if now - self._auth_logged.get(line, -1e9) > 600:  # one clear line, not one per retry
+                self._auth_logged[line] = now
+                log.error("%s", line)
+        elif isinstance(err, ApiError):
+            if not isinstance(err, Conflict):
+                log.warning("%s failed (%s): %s", verb, err.code, err.message)
+        elif err is not None:
+            log.exception("%s failed unexpectedly", verb, exc_info=err)
+
+    def _retryable(self, err: BaseException) -> bool:
+        # Only failures are retried: Ctrl-C, a stop or a final failure end the call at once.
+        return isinstance(err, Exception) and not isinstance(err, (Stopped, *self.final))
+
+    def call(self, fn: Callable[[], T], verb: str, attempts: int | None = None) -> T:
+        """``fn()`` until it succeeds, ``attempts`` tries are used up, or the writer stops. A bounded run
+        (``attempts``) reports a 401/403 soon instead of waiting on it."""
+        bounded = attempts is not None
+        stop: stop_base = stop_after_attempt(attempts) if attempts else _StopWhen(self.stop)
+        retrying = Retrying(
+            retry=retry_if_exception(self._retryable),
+            wait=lambda state: self.wait(state, bounded),
+            stop=stop,
+            sleep=self._sleep,
+            before_sleep=lambda state: self._failed(state, verb),
+            reraise=True,
+        )
+
+        def counted() -> T:
+            try:
+                result = fn()
+            except ApiError as err:
+                if self.metrics is not None:
+                    self.metrics.api_errors.labels(err.code).inc()
+                if self.outage is not None:
+                    self.outage.failed(err)
+                raise
+            if self.outage is not None:
+                self.outage.answered()
+            return result
+
+        return retrying(counted)
+
+
+class _StopWhen(stop_base):
+    def __init__(self, event: threading.Event) -> None:
+        self.event = event
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        return self.event.is_set()

@@ -1,0 +1,29 @@
+"""What one writer is told to do: its node, its directories, its policy, and its timings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nfd_lite.parser import Limits
+from nfd_lite.policy import Policy
+
+
+@dataclass
+class WriterSettings:
+    node_name: str
+    directories: list[Path]
+    policy: Policy = field(default_factory=Policy)
+    limits: Limits = field(default_factory=Limits)
+    overwrite: bool = False
+    poll: bool = False
+    resync_interval: float = 60.0
+    debounce: float = 0.002
+    debounce_cap: float = 0.25
+    startup_grace: float = 60.0
+    watch_timeout: int = 1800
+    metrics_address: str | None = None
+    max_backoff: float = 30.0
+    slow_retry: float = 30.0  # 401/403 need a human: retry slowly rather than crash-loop or hammer
+    require_admission_policy: bool = True  # refuse to write where the policy is not enforced
+    policy_recheck_after: float = 300.0  # an API outage this long may have been an upgrade: check again
