@@ -1,0 +1,16 @@
+"""The closed sets of values gfd's settings take, each defined once.
+
+The config, the config-file parser, the backends and the labelers all import
+them from here; ``typing.get_args`` gives the accepted words at run time.
+This module imports nothing but ``typing``, so every layer may use it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+MigStrategy = Literal["none", "single", "mixed"]
+BackendName = Literal["nvml", "tegra", "mock"]  # where an inventory came from
+BackendChoice = Literal["auto", BackendName]  # --backend: auto picks one of the names
+# NVIDIA's --device-discovery-strategy / flags.deviceDiscoveryStrategy; vfio has no backend here.
+DiscoveryStrategy = Literal["auto", "nvml", "tegra", "vfio"]
