@@ -1,14 +1,13 @@
-"""Backend selection. Backends are imported lazily, so a run loads only the one it uses."""
+"""Choosing the backend. Backends are imported lazily, so a run loads only the one it uses."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Protocol
 
 from gfd.backends.errors import BackendError, NoGpuFound
+from gfd.choices import BackendChoice
 from gfd.inventory import Inventory
-
-BackendChoice = Literal["auto", "nvml", "tegra", "mock"]
 
 
 class Backend(Protocol):
@@ -29,21 +28,6 @@ LIBRARY_DIRS = (
 NVML_LIBRARY = "libnvidia-ml.so.1"
 
 
-def select_backend(
-    name: BackendChoice,
-    *,
-    host_root: Path = Path("/"),
-    mock_profile: Path | None = None,
-    with_vgpu: bool = False,
-    driver_root: Path | None = None,
-) -> Backend:
-    """The backend to probe with; ``auto`` detects (raising BackendError / NoGpuFound when nothing fits)."""
-    backend, _ = detect(
-        name, host_root=host_root, mock_profile=mock_profile, with_vgpu=with_vgpu, driver_root=driver_root
-    )
-    return backend
-
-
 def detect(
     name: BackendChoice,
     *,
@@ -52,7 +36,8 @@ def detect(
     with_vgpu: bool = False,
     driver_root: Path | None = None,
 ) -> tuple[Backend, Inventory | None]:
-    """Like ``select_backend``, also returning the inventory when detection already had to probe.
+    """The backend to probe with, and the inventory when choosing it already took a probe (``auto`` on a
+    machine without a Jetson), so that the caller does not probe NVML a second time.
 
     ``auto``: on a Jetson the tegra files (Jetson's NVML reports incomplete facts
     and may be absent); else NVML. NVML that loads but sees no GPU is a node
@@ -83,21 +68,19 @@ def detect(
 
 
 def no_gpu_on_the_bus(host_root: Path) -> NoGpuFound | None:
-    """The doctor's hardware finding when the PCI bus can be read and holds no NVIDIA GPU, else None.
+    """When the PCI bus can be read and holds no NVIDIA GPU (and this is no Jetson), that finding; else None.
 
     It explains any NVML failure on such a machine better than NVML's own reason.
     """
-    from gfd.doctor.hardware import PCI_DIR, check  # only on a failure: the doctor's reader, not a copy
-    from gfd.doctor.model import Context
+    from gfd.backends.host import NO_GPU_FIX, NO_GPU_ON_THE_BUS, PCI_DIR, scan_pci
+    from gfd.backends.tegra import is_jetson
 
-    ctx = Context(host_root=host_root)
-    if not ctx.path(PCI_DIR).is_dir():
+    if not (host_root / PCI_DIR).is_dir():
         return None  # cannot tell (no sysfs here): NVML's reason stands
-    failed = [f for f in check(ctx) if f.status == "FAIL"]
-    if not failed:
+    gpus, _ = scan_pci(host_root)
+    if gpus or is_jetson(host_root):
         return None
-    finding = failed[0]
-    return NoGpuFound(f"{finding.evidence}: {finding.fix}" if finding.fix else finding.evidence)
+    return NoGpuFound(f"{NO_GPU_ON_THE_BUS}: {NO_GPU_FIX}")
 
 
 def nvml_library(driver_root: Path | None) -> str | None:

@@ -17,7 +17,7 @@ class BackendError(Exception):
 
 
 class NoGpuFound(BackendError):
-    """Auto-detection found neither an NVML device nor a Jetson."""
+    """NVML failed on a machine whose PCI bus shows no NVIDIA GPU, and that is no Jetson."""
 
-    def __init__(self, message: str = "no NVIDIA GPU found on this node") -> None:
+    def __init__(self, message: str) -> None:
         super().__init__("hardware", message)

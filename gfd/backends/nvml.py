@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from gfd.backends import nvml_facts as facts
 from gfd.backends.errors import BackendError
+from gfd.backends.host import PCI_DIR
 from gfd.backends.nvml_errors import init_error, probe_error
 from gfd.inventory import Device, Inventory, MigDevice
 
@@ -286,13 +287,13 @@ class _Probe:
 
     def _sysfs_dir(self, bus_id: str | None) -> Path | None:
         name = facts.sysfs_bus_id(bus_id) if bus_id else None
-        return self.backend.host_root / "sys/bus/pci/devices" / name if name else None
+        return self.backend.host_root / PCI_DIR / name if name else None
 
     def _pci_class(self, i: int, sysfs_dir: Path | None) -> int | None:
         if sysfs_dir is None:
             return None
         try:
-            return facts.parse_pci_class((sysfs_dir / "class").read_text())
+            return facts.parse_hex((sysfs_dir / "class").read_text())
         except OSError:
             self.warnings.append(f"GPU {i}: cannot read {sysfs_dir / 'class'}; gpu.mode unknown")
             return None

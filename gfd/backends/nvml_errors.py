@@ -8,10 +8,12 @@ nodes into the pod ("container-toolkit").
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from gfd.backends import nvml_facts as facts
-from gfd.backends.errors import BackendError
+from gfd.backends.errors import BackendError, Layer
+from gfd.backends.host import kernel_module_version
 
 # NVML return codes (nvml.h), spelled out so this module does not import the bindings.
 NO_PERMISSION = 4
@@ -57,47 +59,68 @@ def nvml_code_name(code: int) -> str:
     return f"NVML: {_NAMES.get(code, f'error {code}')}"
 
 
-def init_error(code: int, host_root: Path) -> BackendError:
-    """Why nvmlInit failed, and what to do about it."""
-    kmod = _kernel_module_version(host_root)
+@dataclass(frozen=True)
+class Advice:
+    """What a failed nvmlInit means (``problem``) and what to do about it (``fix``), for daemon and doctor."""
+
+    layer: Layer
+    problem: str
+    fix: str | None = None
+
+    def error(self) -> BackendError:
+        return BackendError(self.layer, f"{self.problem}: {self.fix}" if self.fix else self.problem)
+
+
+def version_mismatch(library: str | None, kernel_module: str | None) -> Advice:
+    versions = ""
+    if library or kernel_module:
+        versions = f" (NVML library {library or 'unknown'}, kernel module {kernel_module or 'unknown'})"
+    return Advice(
+        "driver",
+        f"driver/library version mismatch{versions}",
+        "the driver was upgraded but the old kernel module is still loaded; reboot the node (or unload and "
+        "reload the nvidia kernel modules)",
+    )
+
+
+def init_advice(code: int, host_root: Path) -> Advice | None:
+    """Why nvmlInit failed with ``code``, and what to do; None for a code with no advice of its own."""
     if code == LIBRARY_NOT_FOUND:
+        kmod = kernel_module_version(host_root)
         if kmod is not None or _in_container():
             loaded = f"the NVIDIA kernel module {kmod} is loaded but " if kmod else ""
-            return BackendError(
-                "container-toolkit",
-                f"{loaded}libnvidia-ml.so.1 is not in this container: {_TOOLKIT_HINT}",
+            return Advice(
+                "container-toolkit", f"{loaded}libnvidia-ml.so.1 is not in this container", _TOOLKIT_HINT
             )
-        return BackendError(
+        return Advice(
             "nvml",
-            "libnvidia-ml.so.1 not found and no NVIDIA kernel module is loaded: install the NVIDIA driver "
-            f"on this node (inside a container: {_TOOLKIT_HINT})",
+            "libnvidia-ml.so.1 not found and no NVIDIA kernel module is loaded",
+            f"install the NVIDIA driver on this node (inside a container: {_TOOLKIT_HINT})",
         )
     if code == DRIVER_NOT_LOADED:
-        return BackendError(
+        return Advice(
             "driver",
-            f"the NVIDIA kernel module is not loaded ({nvml_code_name(code)}): check that the driver "
-            "installation finished and load it (modprobe nvidia); nvidia-smi on the node fails the same way",
+            f"the NVIDIA kernel module is not loaded ({nvml_code_name(code)})",
+            "check that the driver installation finished and load it (modprobe nvidia); nvidia-smi on the "
+            "node fails the same way",
         )
     if code == LIB_RM_VERSION_MISMATCH:
-        lib = _library_version()
-        versions = ""
-        if lib or kmod:
-            versions = f" (NVML library {lib or 'unknown'}, kernel module {kmod or 'unknown'})"
-        return BackendError(
-            "driver",
-            f"driver/library version mismatch{versions}: the driver was upgraded but the old kernel "
-            "module is still loaded; reboot the node (or unload and reload the nvidia kernel modules)",
-        )
+        return version_mismatch(_library_version(), kernel_module_version(host_root))
     if code == NO_PERMISSION:
-        return BackendError(
+        return Advice(
             "container-toolkit",
-            f"no permission to open the GPU device nodes ({nvml_code_name(code)}): {_TOOLKIT_HINT}",
+            f"no permission to open the GPU device nodes ({nvml_code_name(code)})",
+            _TOOLKIT_HINT,
         )
     if code == FUNCTION_NOT_FOUND:
-        return BackendError(
-            "nvml", f"libnvidia-ml.so.1 is too old for these bindings ({nvml_code_name(code)})"
-        )
-    return probe_error(code, "initialising NVML", None)
+        return Advice("nvml", f"libnvidia-ml.so.1 is too old for these bindings ({nvml_code_name(code)})")
+    return None
+
+
+def init_error(code: int, host_root: Path) -> BackendError:
+    """Why nvmlInit failed, and what to do about it."""
+    advice = init_advice(code, host_root)
+    return advice.error() if advice is not None else probe_error(code, "initialising NVML", None)
 
 
 def probe_error(code: int, what: str, gpu: int | None) -> BackendError:
@@ -118,14 +141,6 @@ def probe_error(code: int, what: str, gpu: int | None) -> BackendError:
     if code in (DRIVER_NOT_LOADED, LIB_RM_VERSION_MISMATCH):
         return BackendError("driver", f"the NVIDIA driver failed while reading {what}{on} ({reason})")
     return BackendError("nvml", f"reading {what}{on} failed ({reason}); run gfd doctor for the whole stack")
-
-
-def _kernel_module_version(host_root: Path) -> str | None:
-    try:
-        text = (host_root / "proc/driver/nvidia/version").read_text(errors="replace")
-    except OSError:
-        return None
-    return facts.kernel_module_version(text)
 
 
 def _library_version() -> str | None:

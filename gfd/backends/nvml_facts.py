@@ -1,4 +1,5 @@
-"""Pure decoders for what the NVML backend reads: MIG profile names, PCI config space, versions.
+"""Pure decoders for what the backends and the doctor read: MIG profile names, PCI ids, classes and config
+space, versions.
 
 No NVML and no file access here, so each rule can be tested with plain values.
 """
@@ -94,8 +95,16 @@ def sysfs_bus_id(nvml_bus_id: str) -> str | None:
     return f"{int(domain, 16):04x}:{bus.lower()}:{dev.lower()}.{fn}"
 
 
-def parse_pci_class(text: str) -> int | None:
-    """sysfs ``class`` contents ("0x030200") as an int, None when unreadable."""
+# PCI class codes (PCI Code and ID Assignment spec): base class, then base class and subclass together.
+PCI_BASE_DISPLAY = 0x03
+PCI_BASE_BRIDGE = 0x06  # NVSwitch shows up as one
+PCI_VGA_CONTROLLER = 0x0300  # a GPU that drives displays: gpu.mode "graphics"
+PCI_3D_CONTROLLER = 0x0302  # a GPU without display outputs: gpu.mode "compute"
+PCI_AUDIO = 0x0403  # a GPU's HDMI audio function
+
+
+def parse_hex(text: str) -> int | None:
+    """A sysfs hex attribute ("0x030200" in ``class``, "0x10de" in ``vendor``); None if malformed."""
     try:
         return int(text.strip(), 16)
     except ValueError:
@@ -113,6 +122,11 @@ def kernel_module_version(text: str) -> str | None:
     """The version in /proc/driver/nvidia/version ("NVRM version: ... Kernel Module  550.54.15  ...")."""
     match = re.search(r"Kernel Module\b.*?\s(\d+\.\d+(?:\.\d+)?)\s", text + " ")
     return match.group(1) if match else None
+
+
+def is_open_kernel_module(text: str) -> bool:
+    """Whether /proc/driver/nvidia/version names the open kernel module ("Open Kernel Module for ...")."""
+    return "Open Kernel Module" in text
 
 
 def library_version_from_maps(text: str) -> str | None:

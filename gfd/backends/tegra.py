@@ -20,6 +20,7 @@ from pathlib import Path
 
 from gfd.backends import tegra_files as tf
 from gfd.backends.errors import BackendError
+from gfd.backends.host import KERNEL_MODULE_VERSION
 from gfd.backends.nvml_facts import kernel_module_version
 from gfd.inventory import Device, Inventory, JetsonFacts
 
@@ -31,8 +32,6 @@ MEMINFO = "proc/meminfo"
 CUDA_DIR = "usr/local/cuda"
 NVPMODEL_CONF = "etc/nvpmodel.conf"
 NVPMODEL_STATUS = "var/lib/nvpmodel/status"
-# Only Thor's OpenRM driver (nvidia.ko, R38 on) writes it; Orin, Xavier and Nano's nvgpu driver has none.
-DRIVER_VERSION = "proc/driver/nvidia/version"
 
 # CUDA compute capability of each Jetson SoC's integrated GPU. Thor is sm_110 from CUDA 13 on.
 SOC_COMPUTE: dict[str, tuple[int, int]] = {
@@ -282,16 +281,12 @@ def _collect(root: Path) -> _Findings:
             f"no CUDA version under {CUDA_DIR}* (version.json or version.txt): CUDA labels omitted"
         )
     power = _read_power_mode(root, warnings)
-    driver_text = tf.read_text(root, DRIVER_VERSION)
+    # Only Thor's OpenRM driver (nvidia.ko, R38 on) writes it; Orin, Xavier and Nano's nvgpu driver has none.
+    driver_text = tf.read_text(root, KERNEL_MODULE_VERSION)
     driver = kernel_module_version(driver_text) if driver_text else None
 
     facts = JetsonFacts(model=model, soc=soc, l4t_version=l4t, jetpack_version=jetpack, power_mode=power)
     return _Findings(facts, product, compute, memory, cuda, driver, warnings)
-
-
-def read_jetson_facts(host_root: Path) -> JetsonFacts:
-    """The Jetson facts under ``host_root``; fields that cannot be read are None."""
-    return _collect(host_root).facts
 
 
 class TegraBackend:

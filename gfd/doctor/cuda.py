@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import json
-
-from gfd.doctor.cuda_table import CudaVersion, load_table, parse_cuda, show_cuda, verdict
-from gfd.doctor.hostfs import read_text
+from gfd.doctor.cuda_table import CudaVersion, load_table, show_cuda, verdict
 from gfd.doctor.model import Context, Finding
 from gfd.inventory import cuda_version_parts
 
@@ -83,27 +80,10 @@ def _image(
     )
 
 
-def jetson_cuda(ctx: Context) -> CudaVersion | None:
-    """The CUDA release JetPack installed (usr/local/cuda*/version.json), as the tegra backend reads it."""
-    try:
-        from gfd.backends.tegra import TegraBackend
-
-        code = TegraBackend(ctx.host_root).probe().cuda_driver_version
-        return cuda_version_parts(code) if code else None
-    except Exception:  # no tegra backend: read the usual file ourselves
-        pass
-    text = read_text(ctx.path("usr/local/cuda/version.json"))
-    try:
-        version = str(json.loads(text or "")["cuda"]["version"])
-        return parse_cuda(".".join(version.split(".")[:2]))
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
 def check_jetson(ctx: Context) -> list[Finding]:
-    installed = jetson_cuda(ctx)
-    if installed is None and ctx.cuda_driver_version:
-        installed = cuda_version_parts(ctx.cuda_driver_version)
+    # What JetPack installed (read by the hardware layer, as the tegra backend reads it), else NVML's answer.
+    code = ctx.jetson_cuda or ctx.cuda_driver_version
+    installed = cuda_version_parts(code) if code else None
     if installed is None:
         return [
             Finding(

@@ -2,21 +2,9 @@
 
 from __future__ import annotations
 
-import re
-
-from gfd.doctor.hostfs import read_text
+from gfd.backends import nvml_facts as facts
+from gfd.backends.host import KERNEL_MODULE_VERSION, read_text
 from gfd.doctor.model import Context, Finding
-
-VERSION_FILE = "proc/driver/nvidia/version"
-# "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar ..." and the open modules'
-# "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release Build ..."
-_NVRM_RE = re.compile(r"NVRM version:.*?Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)")
-
-
-def parse_nvrm(text: str) -> tuple[str | None, bool]:
-    """(version, open kernel module?) from /proc/driver/nvidia/version."""
-    m = _NVRM_RE.search(text)
-    return (m.group(1) if m else None), "Open Kernel Module" in text
 
 
 def loaded_modules(ctx: Context) -> set[str]:
@@ -38,8 +26,8 @@ def check(ctx: Context) -> list[Finding]:
 
 def check_pci(ctx: Context) -> list[Finding]:
     modules = loaded_modules(ctx)
-    text = read_text(ctx.path(VERSION_FILE))
-    version, open_module = parse_nvrm(text) if text else (None, False)
+    text = read_text(ctx.path(KERNEL_MODULE_VERSION)) or ""
+    version, open_module = facts.kernel_module_version(text), facts.is_open_kernel_module(text)
     if version is None:  # the sysfs copy of the version, present whenever the module is loaded
         version = (read_text(ctx.path("sys/module/nvidia/version")) or "").strip() or None
     if version is None and "nvidia" not in modules:
@@ -55,7 +43,7 @@ def check_pci(ctx: Context) -> list[Finding]:
         return [
             Finding(
                 "FAIL",
-                f"NVIDIA kernel module not loaded: no {ctx.shown(VERSION_FILE)}",
+                f"NVIDIA kernel module not loaded: no {ctx.shown(KERNEL_MODULE_VERSION)}",
                 "install the NVIDIA driver (or the GPU Operator driver container), then `sudo "
                 "modprobe nvidia`; "
                 "if that fails, `sudo dmesg | grep -i nvrm` (Secure Boot refuses unsigned modules)",

@@ -8,11 +8,10 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from gfd.choices import MigStrategy
 from gfd.doctor.model import Context, Finding, Status
-
-MigStrategy = Literal["none", "single", "mixed"]
 
 IN_CLUSTER_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 KEY_LABELS = ("nvidia.com/gpu.present", "nvidia.com/gpu.count", "nvidia.com/gpu.product")
@@ -148,17 +147,18 @@ def _api_error(err: Any, what: str, item: str | None = None) -> Finding:
 
 def expected_labels(ctx: Context, node_labels: dict[str, str]) -> dict[str, str]:
     """What gfd would label now: the labelers over a fresh probe, or the key facts if the probe fails."""
-    from gfd.backends import select_backend
+    from gfd.backends import detect
     from gfd.backends.errors import BackendError
     from gfd.labels import LabelOptions, build_labels
     from gfd.labels.sanitize import product
 
     try:
-        backend = select_backend("auto", host_root=ctx.host_root, mock_profile=None, with_vgpu=False)
+        # ``auto`` probes NVML to choose it: that one probe's inventory is the one labelled.
+        backend, inventory = detect("auto", host_root=ctx.host_root)
         strategy = node_labels.get("nvidia.com/mig.strategy")
         mig: MigStrategy = "single" if strategy == "single" else "mixed" if strategy == "mixed" else "none"
         opts = LabelOptions(mig_strategy=mig, sharing=None, timestamp=None, with_vgpu=False)
-        labels: dict[str, str] = build_labels(backend.probe(), opts)
+        labels: dict[str, str] = build_labels(inventory or backend.probe(), opts)
         return labels
     except BackendError:  # compare what this run's lower layers saw
         pass

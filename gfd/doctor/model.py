@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from gfd.backends.host import PciGpu
 from gfd.inventory import JetsonFacts
 
 Status = Literal["PASS", "WARN", "FAIL", "SKIP"]
-STATUSES: tuple[Status, ...] = ("PASS", "WARN", "FAIL", "SKIP")
 
 
 @dataclass(frozen=True)
@@ -45,19 +45,6 @@ class Check:
         }
 
 
-@dataclass(frozen=True)
-class PciGpu:
-    address: str  # "0000:3b:00.0"
-    device_id: int | None
-    pci_class: int | None
-
-    @property
-    def kind(self) -> str:
-        if self.pci_class is None:
-            return "unknown class"
-        return {0x0300: "VGA controller", 0x0302: "3D controller"}.get(self.pci_class >> 8, "other")
-
-
 @dataclass
 class Context:
     """Inputs from the command line plus facts lower layers found, for the layers above."""
@@ -70,6 +57,7 @@ class Context:
     # filled in as the layers run
     jetson: bool = False
     jetson_facts: JetsonFacts | None = None
+    jetson_cuda: int | None = None  # the CUDA release JetPack installed, in NVML's encoding (12060 = 12.6)
     pci_gpus: list[PciGpu] = field(default_factory=list)
     kernel_version: str | None = None
     nvml_version: str | None = None

@@ -7,6 +7,7 @@ import ctypes
 from pathlib import Path
 from typing import Any
 
+from gfd.backends.nvml_errors import Advice, init_advice, version_mismatch
 from gfd.doctor.model import Context, Finding, Status
 
 # Where distributions and the container toolkit put libnvidia-ml.so.<version>; its file name carries the
@@ -90,7 +91,7 @@ def check(ctx: Context) -> list[Finding]:
 def _compare(ctx: Context, version: str, names: list[str]) -> list[Finding]:
     kernel = ctx.kernel_version
     if kernel is not None and kernel != version:
-        return [_mismatch(kernel, version)]
+        return [_advice(version_mismatch(version, kernel))]
     if not names and not ctx.jetson:
         return [
             Finding(
@@ -115,43 +116,22 @@ def _compare(ctx: Context, version: str, names: list[str]) -> list[Finding]:
     return findings
 
 
-def _mismatch(kernel: str, library: str) -> Finding:
-    return Finding(
-        "FAIL",
-        f"driver/library version mismatch: kernel module {kernel}, user-space library {library}",
-        "the driver was upgraded but the old kernel module is still loaded: reboot the node (or stop GPU "
-        "users and reload the nvidia modules); in a container, the host's library must be the one mounted",
-    )
+def _advice(advice: Advice) -> Finding:
+    return Finding("FAIL", advice.problem, advice.fix)
 
 
-def _init_failed(ctx: Context, pynvml: Any, err: Exception) -> list[Finding]:
+def _init_failed(ctx: Context, pynvml: Any, err: Any) -> list[Finding]:
     if isinstance(err, pynvml.NVMLError_LibRmVersionMismatch):
+        # The library refused to start, so its version comes from the file names next to it.
         libs = library_versions(ctx.host_root)
         other = [v for v in libs if v != ctx.kernel_version]
-        library = other[0] if other else (libs[0] if libs else "unknown")
-        return [_mismatch(ctx.kernel_version or "unknown", library)]
+        library = other[0] if other else (libs[0] if libs else None)
+        return [_advice(version_mismatch(library, ctx.kernel_version))]
     if ctx.jetson:
         # Before JetPack 6 there is no NVML on a Jetson, and gfd reads the tegra files instead.
         status: Status = "SKIP" if isinstance(err, pynvml.NVMLError_LibraryNotFound) else "WARN"
         return [Finding(status, f"no usable NVML on this Jetson ({err}); gfd uses the tegra files instead")]
-    if isinstance(err, pynvml.NVMLError_LibraryNotFound):
-        return [
-            Finding(
-                "FAIL",
-                "libnvidia-ml.so.1 (the driver's user-space library) cannot be loaded",
-                "on the host, install the driver's user-space part (it comes with the driver package); in a "
-                "container, run it with the nvidia runtime (`runtimeClassName: nvidia`) so the "
-                "library is mounted",
-            )
-        ]
-    if isinstance(err, pynvml.NVMLError_DriverNotLoaded):
-        return [Finding("FAIL", "NVML says the kernel driver is not loaded", "`sudo modprobe nvidia`")]
-    if isinstance(err, pynvml.NVMLError_NoPermission):
-        return [
-            Finding(
-                "FAIL",
-                "NVML has no permission to open the GPU device nodes",
-                "run as root or fix the /dev/nvidia* modes (layer 5 shows them)",
-            )
-        ]
+    advice = init_advice(err.value, ctx.host_root)
+    if advice is not None:
+        return [_advice(advice)]
     return [Finding("FAIL", f"NVML failed to start: {err}", "run `nvidia-smi` for the driver's own message")]

@@ -10,7 +10,7 @@ from typing import Any
 
 NVIDIA_BINARY = "nvidia-container-runtime"
 
-# (engine, config file, drop-in glob or None). The first that Kubernetes uses is usually the only one present.
+# (engine, config file). The one the kubelet uses is usually the only one present.
 ENGINES: tuple[tuple[str, str], ...] = (
     ("containerd", "etc/containerd/config.toml"),
     ("k3s containerd", "var/lib/rancher/k3s/agent/etc/containerd/config.toml"),

@@ -7,7 +7,7 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from gfd.backends import BackendChoice, detect, select_backend
+from gfd.backends import BackendChoice, detect
 from gfd.backends.errors import BackendError
 from gfd.backends.mock import MockBackend
 from gfd.backends.nvml import NvmlBackend
@@ -26,7 +26,8 @@ ORIN = HERE.parent / "fixtures" / "jetson" / "orin-nano-r36"
 def test_mock_reads_the_profile_on_every_probe(tmp_path: Path) -> None:
     profile = tmp_path / "p.yaml"
     profile.write_text(T4.read_text())
-    backend = select_backend("mock", mock_profile=profile)
+    backend, inventory = detect("mock", mock_profile=profile)
+    assert inventory is None
     assert isinstance(backend, MockBackend)
     assert backend.probe().devices[0].name == "Tesla T4"
     profile.write_text(T4.read_text().replace("Tesla T4", "NVIDIA L4"))
@@ -55,8 +56,8 @@ def test_auto_on_a_jetson_uses_the_tegra_files_even_when_nvml_answers(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     install_fake_nvml(monkeypatch, load_profile(T4))
-    backend = select_backend("auto", host_root=ORIN)
-    assert isinstance(backend, TegraBackend)
+    backend, inventory = detect("auto", host_root=ORIN)
+    assert isinstance(backend, TegraBackend) and inventory is None
     assert backend.probe().backend == "tegra"
 
 
@@ -146,11 +147,13 @@ def test_auto_without_the_nvml_library_says_which_layer_is_missing(
 ) -> None:
     install_fake_nvml(monkeypatch, None, library_missing=True)
     with pytest.raises(BackendError) as caught:
-        select_backend("auto", host_root=tmp_path)
+        detect("auto", host_root=tmp_path)
     assert caught.value.layer in ("nvml", "container-toolkit")
     assert "libnvidia-ml.so.1" in str(caught.value)
 
 
 def test_explicit_backends_do_not_probe(tmp_path: Path) -> None:
-    assert isinstance(select_backend("nvml", host_root=tmp_path), NvmlBackend)
-    assert isinstance(select_backend("tegra", host_root=tmp_path), TegraBackend)
+    nvml, probed = detect("nvml", host_root=tmp_path)
+    assert isinstance(nvml, NvmlBackend) and probed is None
+    tegra, probed = detect("tegra", host_root=tmp_path)
+    assert isinstance(tegra, TegraBackend) and probed is None

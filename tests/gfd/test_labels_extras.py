@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gfd.daemon import read_machine_type
+from gfd.backends.host import read_machine_type
 from gfd.inventory import Device, Inventory, JetsonFacts, VGpuInfo
 from gfd.labels import LabelOptions, build_labels
 from gfd.labels.machine import machine_value

@@ -103,5 +103,5 @@ def test_vgpu_capability_loop_does_not_hang() -> None:
 
 
 def test_pci_class() -> None:
-    assert facts.parse_pci_class("0x030200\n") == 0x030200
-    assert facts.parse_pci_class("") is None
+    assert facts.parse_hex("0x030200\n") == 0x030200
+    assert facts.parse_hex("") is None

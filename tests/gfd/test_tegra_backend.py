@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gfd.backends.errors import BackendError
-from gfd.backends.tegra import TegraBackend, is_jetson, jetpack_table, read_jetson_facts
+from gfd.backends.tegra import TegraBackend, is_jetson, jetpack_table
 from gfd.backends.tegra_files import parse_cuda_version_txt, parse_l4t_release
 from gfd.inventory import JetsonFacts
 
@@ -83,7 +83,6 @@ def test_known_boards_give_every_fact_and_no_warning(
     assert inv.cuda_driver_version == cuda
     assert inv.jetson == facts
     assert inv.warnings == ()
-    assert read_jetson_facts(FIXTURES / fixture) == facts
 
 
 def test_container_without_device_tree_falls_back_to_soc0_and_says_how_to_mount_it() -> None:
@@ -192,9 +191,9 @@ def test_power_mode_defaults_when_nvpmodel_has_no_status(tmp_path: Path) -> None
     root = copy_fixture("xavier-nx-r35", tmp_path)
     (root / "var/lib/nvpmodel/status").unlink()
 
-    facts = read_jetson_facts(root)
+    facts = TegraBackend(root).probe().jetson
 
-    assert facts.power_mode == "MODE_20W_6CORE"
+    assert facts is not None and facts.power_mode == "MODE_20W_6CORE"
 
 
 def test_power_mode_id_missing_from_conf_is_a_warning(tmp_path: Path) -> None:

@@ -75,7 +75,7 @@ def test_version_mismatch_shows_both_versions(host, nvml, doctor):
     assert report["first_failed_layer"] == 3
     three = layer(report, 3)[0]
     assert three["evidence"] == (
-        "driver/library version mismatch: kernel module 535.104.05, user-space library 550.54.15"
+        "driver/library version mismatch (NVML library 550.54.15, kernel module 535.104.05)"
     )
     assert "reboot" in three["fix"]
     assert layer(report, 4)[0]["evidence"] == "fix layer 3 first"

@@ -16,10 +16,11 @@ def layer7(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def gfd_labels(root: Path) -> dict[str, str]:
     """What the real gfd would write for this host (its backend over the fake NVML, its labelers)."""
-    from gfd.backends import select_backend
+    from gfd.backends import detect
     from gfd.labels import LabelOptions, build_labels
 
-    return build_labels(select_backend("auto", host_root=root).probe(), LabelOptions())
+    backend, inventory = detect("auto", host_root=root)
+    return build_labels(inventory or backend.probe(), LabelOptions())
 
 
 @pytest.fixture

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gfd.backends import nvml_facts
+from gfd.backends.host import scan_pci
 from gfd.doctor import driver, hardware, nvml
 from gfd.doctor.model import Context
 
@@ -15,11 +17,15 @@ PROPRIETARY = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  470.256.02  Thu M
 ARM = "NVRM version: NVIDIA UNIX aarch64 Kernel Module  550.90.07  Fri May 31 09:30:46 UTC 2024\n"
 
 
+def nvrm(text: str) -> tuple[str | None, bool]:
+    return nvml_facts.kernel_module_version(text), nvml_facts.is_open_kernel_module(text)
+
+
 def test_parse_nvrm_versions():
-    assert driver.parse_nvrm(OPEN_MODULE) == ("560.35.03", True)
-    assert driver.parse_nvrm(PROPRIETARY) == ("470.256.02", False)
-    assert driver.parse_nvrm(ARM) == ("550.90.07", False)
-    assert driver.parse_nvrm("garbage") == (None, False)
+    assert nvrm(OPEN_MODULE) == ("560.35.03", True)
+    assert nvrm(PROPRIETARY) == ("470.256.02", False)
+    assert nvrm(ARM) == ("550.90.07", False)
+    assert nvrm("garbage") == (None, False)
 
 
 def _root(tmp_path: Path, files: dict[str, str]) -> Context:
@@ -51,12 +57,14 @@ def test_vga_and_3d_controllers_count_but_audio_does_not(tmp_path):
         files[f"sys/bus/pci/devices/{addr}/class"] = cls + "\n"
         files[f"sys/bus/pci/devices/{addr}/device"] = "0x2684\n"
     ctx = _root(tmp_path, files)
-    gpus, others = hardware.scan_pci(ctx)
+    gpus, others = scan_pci(ctx.host_root)
     assert [(g.address, g.kind) for g in gpus] == [
         ("0000:01:00.0", "VGA controller"),
         ("0000:02:00.0", "3D controller"),
     ]
-    assert others == ["audio"]
+    assert others == [0x040300]
+    (found,) = hardware.check(ctx)
+    assert found.evidence.endswith("other NVIDIA functions, not GPUs: 1 audio")
 
 
 def test_library_version_read_from_its_file_name(tmp_path):

@@ -1,0 +1,92 @@
+"""Facts read from the host's files under a host root: the PCI bus, the kernel module, the machine type.
+
+The daemon's backends and ``gfd doctor`` both read these, so each file is read and parsed here only.
+Every reader answers None for a file that is missing or unreadable; what that means is the caller's call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from gfd.backends import nvml_facts as facts
+from gfd.inventory import Inventory
+
+PCI_DIR = "sys/bus/pci/devices"
+NVIDIA_VENDOR = 0x10DE
+KERNEL_MODULE_VERSION = "proc/driver/nvidia/version"
+
+# Said by the daemon (when NVML fails) and by the doctor's hardware layer, in the same words.
+NO_GPU_ON_THE_BUS = (
+    f"no NVIDIA (vendor 0x{NVIDIA_VENDOR:04x}) GPU under /{PCI_DIR} and no Jetson release file"
+)
+NO_GPU_FIX = (
+    "check that the GPU is seated and powered, or passed through to this VM (`lspci -nn | grep 10de`)"
+)
+
+
+def read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def read_hex(path: Path) -> int | None:
+    """A sysfs hex attribute (``vendor``, ``device``, ``class``) as an int."""
+    text = read_text(path)
+    return facts.parse_hex(text) if text is not None else None
+
+
+@dataclass(frozen=True)
+class PciGpu:
+    """An NVIDIA display-class function on the PCI bus."""
+
+    address: str  # "0000:3b:00.0"
+    device_id: int | None
+    pci_class: int | None
+
+    @property
+    def kind(self) -> str:
+        """The class as lspci names it."""
+        if self.pci_class is None:
+            return "unknown class"
+        names = {facts.PCI_VGA_CONTROLLER: "VGA controller", facts.PCI_3D_CONTROLLER: "3D controller"}
+        return names.get(self.pci_class >> 8, "other")
+
+
+def scan_pci(host_root: Path) -> tuple[list[PciGpu], list[int | None]]:
+    """NVIDIA's display-class functions (GPUs), and the classes of its other ones (HDMI audio, NVSwitch)."""
+    gpus: list[PciGpu] = []
+    others: list[int | None] = []
+    base = host_root / PCI_DIR
+    for dev in sorted(base.iterdir()) if base.is_dir() else []:
+        if read_hex(dev / "vendor") != NVIDIA_VENDOR:
+            continue
+        pci_class = read_hex(dev / "class")
+        if pci_class is not None and pci_class >> 16 != facts.PCI_BASE_DISPLAY:
+            others.append(pci_class)
+            continue
+        gpus.append(PciGpu(dev.name, read_hex(dev / "device"), pci_class))
+    return gpus, others
+
+
+def kernel_module_version(host_root: Path) -> str | None:
+    """The loaded NVIDIA kernel module's version, from /proc/driver/nvidia/version."""
+    text = read_text(host_root / KERNEL_MODULE_VERSION)
+    return facts.kernel_module_version(text) if text else None
+
+
+def read_machine_type(path: Path) -> str | None:
+    """The DMI product name, or None where the file is missing (VMs, Jetsons, containers without /sys)."""
+    text = read_text(path)
+    return text.strip() if text is not None else None
+
+
+def with_machine_type(inv: Inventory, path: Path) -> Inventory:
+    """The inventory with its machine type from ``path`` when the backend left it open (a Jetson sets it)."""
+    if inv.machine is not None:
+        return inv
+    machine = read_machine_type(path)
+    return dataclasses.replace(inv, machine=machine) if machine is not None else inv
