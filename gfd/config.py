@@ -15,13 +15,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal, NoReturn
+from typing import Any, NoReturn, get_args
 
-from gfd.sharing import SharingConfig
+from gfd.choices import BackendChoice, DiscoveryStrategy, MigStrategy
+from gfd.sharing_config import SharingConfig
 from hostport import parse_address
-
-MigStrategy = Literal["none", "single", "mixed"]
-BackendChoice = Literal["auto", "nvml", "tegra", "mock"]
 
 DEFAULT_OUTPUT_FILE = "/etc/kubernetes/node-feature-discovery/source.d/gfd"
 DEFAULT_MACHINE_TYPE_FILE = "/sys/class/dmi/id/product_name"
@@ -148,8 +146,8 @@ OPTIONS: tuple[_Option, ...] = (
     _Option("output_file", ("--output-file", "--output", "-o"), ("GFD_OUTPUT_FILE",), parse_output,
             f"feature file to write; '-' or empty: stdout (default {DEFAULT_OUTPUT_FILE})", metavar="FILE"),
     _Option("mig_strategy", ("--mig-strategy",), ("GFD_MIG_STRATEGY", "MIG_STRATEGY"),
-            parse_choice(("none", "single", "mixed")), "how MIG devices are labelled (default none)",
-            metavar="none|single|mixed"),
+            parse_choice(get_args(MigStrategy)), "how MIG devices are labelled (default none)",
+            metavar="|".join(get_args(MigStrategy))),
     _Option("fail_on_init_error", ("--fail-on-init-error",), ("GFD_FAIL_ON_INIT_ERROR", "FAIL_ON_INIT_ERROR"),
             parse_bool, "exit 1 when the first probe fails; false: do not fail (the daemon retries every "
             "interval, a oneshot run exits 0) (default true)", is_bool=True),
@@ -159,8 +157,8 @@ OPTIONS: tuple[_Option, ...] = (
             f"file holding the machine type (default {DEFAULT_MACHINE_TYPE_FILE})", metavar="FILE"),
     _Option("config_file", ("--config-file",), ("GFD_CONFIG_FILE", "CONFIG_FILE"), _path,
             "NVIDIA device-plugin config file (flags and sharing)", metavar="FILE"),
-    _Option("backend", ("--backend",), ("GFD_BACKEND",), parse_choice(("auto", "nvml", "tegra", "mock")),
-            "where GPU facts come from (default auto)", metavar="auto|nvml|tegra|mock"),
+    _Option("backend", ("--backend",), ("GFD_BACKEND",), parse_choice(get_args(BackendChoice)),
+            "where GPU facts come from (default auto)", metavar="|".join(get_args(BackendChoice))),
     _Option("mock_profile", ("--mock-profile",), ("GFD_MOCK_PROFILE",), _path,
             "machine profile YAML for --backend mock", metavar="FILE"),
     _Option("host_root", ("--host-root",), ("GFD_HOST_ROOT",), _path,
@@ -178,7 +176,7 @@ OPTIONS: tuple[_Option, ...] = (
             "accepted for compatibility: gfd has no Kubernetes identity, labels always go through the "
             "feature file and nfd-lite", is_bool=True),
     _Option("device_discovery_strategy", ("--device-discovery-strategy",), ("DEVICE_DISCOVERY_STRATEGY",),
-            parse_choice(("auto", "nvml", "tegra", "vfio")), "NVIDIA's name for --backend (vfio is not "
+            parse_choice(get_args(DiscoveryStrategy)), "NVIDIA's name for --backend (vfio is not "
             "supported)", metavar="auto|nvml|tegra"),
     _Option("driver_root", ("--driver-root-ctr-path", "--container-driver-root"),
             ("DRIVER_ROOT_CTR_PATH", "CONTAINER_DRIVER_ROOT"), _path,

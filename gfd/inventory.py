@@ -8,9 +8,8 @@ labeler can be tested with a hand-built inventory and no I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
-BackendName = Literal["nvml", "tegra", "mock"]
+from gfd.choices import BackendName
 
 
 @dataclass(frozen=True)

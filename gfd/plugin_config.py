@@ -15,7 +15,7 @@ import re
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import (
     BaseModel,
@@ -28,8 +28,9 @@ from pydantic import (
     field_validator,
 )
 
+from gfd.choices import DiscoveryStrategy, MigStrategy
 from gfd.profile import PROFILE_FIELDS
-from gfd.sharing import SHARED_RENAME_SUFFIX, ReplicatedResource, ReplicatedResources, SharingConfig
+from gfd.sharing_config import SHARED_RENAME_SUFFIX, ReplicatedResource, ReplicatedResources, SharingConfig
 from gfd.yamlfile import load_model
 
 __all__ = ["PluginConfig", "PluginConfigError", "PluginFlags", "SharingConfig", "load_plugin_config"]
@@ -76,10 +77,10 @@ class PluginConfigError(ValueError):
 class PluginFlags:
     """Flags set in the file; ``None`` means the file does not set it (the CLI decides precedence)."""
 
-    mig_strategy: Literal["none", "single", "mixed"] | None = None
+    mig_strategy: MigStrategy | None = None
     fail_on_init_error: bool | None = None
     use_node_feature_api: bool | None = None
-    device_discovery_strategy: Literal["auto", "nvml", "tegra", "vfio"] | None = None
+    device_discovery_strategy: DiscoveryStrategy | None = None
     container_driver_root: str | None = None
     oneshot: bool | None = None
     no_timestamp: bool | None = None
@@ -113,10 +114,10 @@ class _PluginFlags(_Model):
 
 
 class _Flags(_Model):
-    migStrategy: Literal["none", "single", "mixed"] | None = None
+    migStrategy: MigStrategy | None = None
     failOnInitError: StrictBool | None = None
     useNodeFeatureAPI: StrictBool | None = None
-    deviceDiscoveryStrategy: Literal["auto", "nvml", "tegra", "vfio"] | None = None
+    deviceDiscoveryStrategy: DiscoveryStrategy | None = None
     plugin: _PluginFlags | None = None
     gfd: _GfdFlags | None = None
 

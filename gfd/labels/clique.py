@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 
 from gfd.inventory import Inventory
-from gfd.labels.common import Labels
+from gfd.labels.common import LabelOptions, Labels
 
 log = logging.getLogger("gfd.labels")
 
 
-def clique_labels(inv: Inventory) -> Labels:
+def clique_labels(inv: Inventory, _opts: LabelOptions) -> Labels:
     cliques = {d.clique for d in inv.devices if d.clique}
     if not cliques:
         return {}

@@ -1,10 +1,33 @@
-"""Small helpers shared by the labelers."""
+"""What every labeler shares: its signature, the options it reads, and small helpers."""
 
 from __future__ import annotations
 
-from gfd.inventory import Device, MigDevice
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from gfd.choices import MigStrategy
+from gfd.inventory import Device, Inventory, MigDevice
+from gfd.sharing_config import SharingConfig
 
 Labels = dict[str, str]
+
+
+@dataclass(frozen=True)
+class LabelOptions:
+    mig_strategy: MigStrategy = "none"
+    sharing: SharingConfig | None = None  # None: no config file, nothing is shared
+    timestamp: datetime | None = None  # set: label nvidia.com/gfd.timestamp
+    with_vgpu: bool = False
+
+    @property
+    def sharing_or_default(self) -> SharingConfig:
+        """The sharing settings to label by; without a config file: replicas 1, strategy none."""
+        return self.sharing if self.sharing is not None else SharingConfig()
+
+
+# One label family: it decides itself whether it applies (to a node without GPUs, to the options).
+Labeler = Callable[[Inventory, LabelOptions], Labels]
 
 
 def mig_on(device: Device) -> bool:
@@ -12,8 +35,8 @@ def mig_on(device: Device) -> bool:
     return device.mig_capable and device.mig_enabled
 
 
-def profile_name(mig: MigDevice) -> str:
-    """The resource form of a MIG profile: ``1g.10gb+me`` -> ``1g.10gb.me``, as NVIDIA names it."""
+def mig_profile_label(mig: MigDevice) -> str:
+    """A MIG profile as resource names and products spell it: ``1g.10gb+me`` -> ``1g.10gb.me``, as NVIDIA."""
     return mig.profile.replace("+", ".")
 
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gfd.backends.nvml_facts import PCI_3D_CONTROLLER, PCI_VGA_CONTROLLER
 from gfd.inventory import Device, Inventory
 from gfd.labels import resource
-from gfd.labels.common import Labels, mig_on
-from gfd.sharing import FULL_GPU_RESOURCE, SharingConfig
+from gfd.labels.common import LabelOptions, Labels, mig_on
+from gfd.sharing_config import FULL_GPU_RESOURCE
 
 
 def family(major: int, minor: int) -> str:
@@ -46,7 +47,7 @@ def primary_model(devices: Sequence[Device]) -> str:
     return min(groups, key=lambda name: (-len(groups[name]), name))
 
 
-def gpu_labels(inv: Inventory, sharing: SharingConfig) -> Labels:
+def gpu_labels(inv: Inventory, opts: LabelOptions) -> Labels:
     if not inv.devices:
         return {}
     model = primary_model(inv.devices)
@@ -55,7 +56,8 @@ def gpu_labels(inv: Inventory, sharing: SharingConfig) -> Labels:
     # NVIDIA: a model's GPUs with MIG on are labelled without sharing (replicas 0)
     # unless at least one GPU of that model runs whole, which then speaks for all.
     representative = full[0] if full else group[0]
-    labels = resource.base(FULL_GPU_RESOURCE, len(group), model, None, sharing if full else None)
+    sharing = opts.sharing_or_default if full else None
+    labels = resource.base(FULL_GPU_RESOURCE, len(group), model, None, sharing)
     if representative.memory_mib:
         labels[f"{FULL_GPU_RESOURCE}.memory"] = str(representative.memory_mib)
     cc = representative.compute_capability
@@ -70,10 +72,10 @@ def _mode(pci_class: int | None) -> str:
     if pci_class is None:
         return "unknown"
     # Compare base class and subclass; the programming-interface byte does not matter.
-    return {0x0300: "graphics", 0x0302: "compute"}.get(pci_class >> 8, "unknown")
+    return {PCI_VGA_CONTROLLER: "graphics", PCI_3D_CONTROLLER: "compute"}.get(pci_class >> 8, "unknown")
 
 
-def mode_labels(inv: Inventory) -> Labels:
+def mode_labels(inv: Inventory, _opts: LabelOptions) -> Labels:
     """``nvidia.com/gpu.mode``: compute (3D controller), graphics (VGA), or unknown.
 
     GPUs in different modes give ``unknown``; NVIDIA reports the first GPU's mode.

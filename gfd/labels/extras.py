@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from gfd.inventory import Inventory, cuda_version_parts
 from gfd.labels import sanitize
-from gfd.labels.common import Labels
+from gfd.labels.common import LabelOptions, Labels
 from gfd.labels.device import by_model
 from k8slabels import MAX_NAME
 
 COUNT_KEY = "gpu.count."  # nvidia.com/gpu.count.<sanitised model>
 
 
-def present_labels(inv: Inventory) -> Labels:
+def present_labels(inv: Inventory, _opts: LabelOptions) -> Labels:
     return {"nvidia.com/gpu.present": "true"} if inv.devices else {}
 
 
-def simulated_labels(inv: Inventory) -> Labels:
+def simulated_labels(inv: Inventory, _opts: LabelOptions) -> Labels:
     # Always on mock output, so a simulated node can never pass for a real one.
     return {"nvidia.com/gpu.simulated": "true"} if inv.simulated else {}
 
@@ -26,7 +26,7 @@ def count_key(model: str) -> str | None:
     return f"nvidia.com/{COUNT_KEY}{name}" if name else None
 
 
-def per_model_labels(inv: Inventory) -> Labels:
+def per_model_labels(inv: Inventory, _opts: LabelOptions) -> Labels:
     """One count per GPU model, so every model on a mixed node is visible (and selectable)."""
     labels: Labels = {}
     for model, devices in by_model(inv.devices).items():
@@ -37,9 +37,9 @@ def per_model_labels(inv: Inventory) -> Labels:
     return labels
 
 
-def cuda_code_labels(inv: Inventory) -> Labels:
+def cuda_code_labels(inv: Inventory, _opts: LabelOptions) -> Labels:
     """``nvidia.com/cuda.runtime-version.code``: 1000*major + 10*minor (CUDA 12.4 -> 12040), for Gt/Lt."""
-    if inv.cuda_driver_version is None:
+    if not inv.devices or inv.cuda_driver_version is None:
         return {}
     major, minor = cuda_version_parts(inv.cuda_driver_version)
     return {"nvidia.com/cuda.runtime-version.code": str(1000 * major + 10 * minor)}

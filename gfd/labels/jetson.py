@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from gfd.inventory import Inventory
 from gfd.labels import sanitize
-from gfd.labels.common import Labels
+from gfd.labels.common import LabelOptions, Labels
 
 
-def jetson_labels(inv: Inventory) -> Labels:
+def jetson_labels(inv: Inventory, _opts: LabelOptions) -> Labels:
     facts = inv.jetson
     if facts is None:
         return {}

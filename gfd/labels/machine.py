@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gfd.inventory import Inventory
 from gfd.labels import sanitize
-from gfd.labels.common import Labels
+from gfd.labels.common import LabelOptions, Labels
 
 UNKNOWN = "unknown"
 
@@ -21,5 +21,7 @@ def machine_value(machine: str | None) -> str:
     return sanitize.value(machine)
 
 
-def machine_labels(inv: Inventory) -> Labels:
+def machine_labels(inv: Inventory, _opts: LabelOptions) -> Labels:
+    if not inv.devices:
+        return {}  # as NVIDIA: a node without GPUs gets no device labels
     return {"nvidia.com/gpu.machine": machine_value(inv.machine)}

@@ -17,22 +17,27 @@ import logging
 
 from gfd.inventory import Device, Inventory, MigDevice
 from gfd.labels import resource, sanitize
-from gfd.labels.common import Labels, flag, mig_on, profile_name
-from gfd.sharing import FULL_GPU_RESOURCE, SharingConfig
+from gfd.labels.common import LabelOptions, Labels, flag, mig_on, mig_profile_label
+from gfd.sharing_config import FULL_GPU_RESOURCE, SharingConfig
 
 log = logging.getLogger("gfd.labels")
 
 
-def capable_labels(inv: Inventory) -> Labels:
+def capable_labels(inv: Inventory, _opts: LabelOptions) -> Labels:
     if not inv.devices:
         return {}
     return {"nvidia.com/mig.capable": flag(any(d.mig_capable for d in inv.devices))}
 
 
-def strategy_labels(inv: Inventory, strategy: str) -> Labels:
+def strategy_labels(inv: Inventory, opts: LabelOptions) -> Labels:
+    """``mig.strategy`` and, for single and mixed, the MIG resource labels (single overrides ``gpu.*``)."""
+    strategy = opts.mig_strategy
     if not inv.devices or strategy == "none":
         return {}
-    return {"nvidia.com/mig.strategy": strategy}
+    labels: Labels = {"nvidia.com/mig.strategy": strategy}
+    if strategy == "single":
+        return labels | _single_labels(inv, opts.sharing_or_default)
+    return labels | _mixed_labels(inv, opts.sharing_or_default)
 
 
 def _profiles(devices: list[Device]) -> dict[str, tuple[Device, MigDevice, int]]:
@@ -40,7 +45,7 @@ def _profiles(devices: list[Device]) -> dict[str, tuple[Device, MigDevice, int]]
     found: dict[str, tuple[Device, MigDevice, int]] = {}
     for device in sorted(devices, key=lambda d: d.index):
         for mig in device.mig_devices:
-            name = profile_name(mig)
+            name = mig_profile_label(mig)
             parent, first, count = found.get(name, (device, mig, 0))
             found[name] = (parent, first, count + 1)
     return found
@@ -57,7 +62,7 @@ def _invalid(model: str, reason: str) -> Labels:
     }
 
 
-def single_labels(inv: Inventory, sharing: SharingConfig) -> Labels:
+def _single_labels(inv: Inventory, sharing: SharingConfig) -> Labels:
     enabled = [d for d in sorted(inv.devices, key=lambda d: d.index) if mig_on(d)]
     if not enabled:
         return {}  # no GPU has MIG on: single behaves like none
@@ -75,7 +80,7 @@ def single_labels(inv: Inventory, sharing: SharingConfig) -> Labels:
     return labels
 
 
-def mixed_labels(inv: Inventory, sharing: SharingConfig) -> Labels:
+def _mixed_labels(inv: Inventory, sharing: SharingConfig) -> Labels:
     # GPUs with MIG on but no MIG devices simply contribute nothing here, as in NVIDIA GFD.
     labels: Labels = {}
     for name, (parent, mig, count) in _profiles([d for d in inv.devices if mig_on(d)]).items():

@@ -8,20 +8,19 @@ engines). Full GPUs add memory and architecture in ``device.py``.
 from __future__ import annotations
 
 from gfd.inventory import MigDevice
-from gfd.labels import sanitize
-from gfd.labels import sharing as share
+from gfd.labels import sanitize, sharing
 from gfd.labels.common import Labels
-from gfd.sharing import SharingConfig
+from gfd.sharing_config import SharingConfig
 
 
 def base(
-    resource: str, count: int, model: str, mig_profile: str | None, sharing: SharingConfig | None
+    resource: str, count: int, model: str, mig_profile: str | None, config: SharingConfig | None
 ) -> Labels:
     return {
-        f"{resource}.product": sanitize.product(model, mig_profile, share.shows_shared(sharing, resource)),
+        f"{resource}.product": sanitize.product(model, mig_profile, sharing.shows_shared(config, resource)),
         f"{resource}.count": str(count),
-        f"{resource}.replicas": str(share.replicas(sharing, resource)),
-        f"{resource}.sharing-strategy": share.strategy(sharing, resource),
+        f"{resource}.replicas": str(sharing.replicas(config, resource)),
+        f"{resource}.sharing-strategy": sharing.strategy(config, resource),
     }
 
 

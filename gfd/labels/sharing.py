@@ -1,45 +1,54 @@
 """Sharing labels: replicas, sharing strategy, the -SHARED decision, mps.capable.
 
-``sharing`` is ``None`` where NVIDIA disables sharing for a resource (a full
+``config`` is ``None`` where NVIDIA disables sharing for a resource (a full
 GPU that has MIG enabled): its replicas are then 0. Without a config file the
 labelers pass an empty ``SharingConfig``: replicas 1, strategy ``none``.
 """
 
 from __future__ import annotations
 
+import logging
+
 from gfd.inventory import Inventory
-from gfd.labels.common import Labels, mig_on
-from gfd.sharing import SharingConfig, SharingStrategy
+from gfd.labels.common import LabelOptions, Labels, mig_on
+from gfd.sharing_config import SharingConfig, SharingStrategy
+
+log = logging.getLogger("gfd.labels")
 
 
-def replicas(sharing: SharingConfig | None, resource: str) -> int:
-    if sharing is None:
+def replicas(config: SharingConfig | None, resource: str) -> int:
+    if config is None:
         return 0
-    active = sharing.active()
+    active = config.active()
     entry = active.find(resource) if active is not None else None
     return entry.replicas if entry is not None and entry.replicas > 0 else 1
 
 
-def strategy(sharing: SharingConfig | None, resource: str) -> SharingStrategy:
+def strategy(config: SharingConfig | None, resource: str) -> SharingStrategy:
     # The strategy is node-wide, but a resource that is not replicated reports "none".
-    if sharing is None or replicas(sharing, resource) <= 1:
+    if config is None or replicas(config, resource) <= 1:
         return "none"
-    return sharing.strategy()
+    return config.strategy()
 
 
-def shows_shared(sharing: SharingConfig | None, resource: str) -> bool:
+def shows_shared(config: SharingConfig | None, resource: str) -> bool:
     """Whether the product gets ``-SHARED``: replicated and not renamed to ``<name>.shared``."""
-    if sharing is None or replicas(sharing, resource) <= 1:
+    if config is None or replicas(config, resource) <= 1:
         return False
-    active = sharing.active()
+    active = config.active()
     return not (active is not None and active.is_renamed(resource))
 
 
-def mps_labels(inv: Inventory, sharing: SharingConfig) -> Labels:
+def mps_labels(inv: Inventory, opts: LabelOptions) -> Labels:
     """``nvidia.com/mps.capable``: true when MPS sharing is configured and no GPU has MIG on.
 
     NVIDIA GFD fails the whole labelling pass when MPS meets a MIG-enabled GPU;
-    here the node just reports ``false`` (and the caller logs why).
+    here the node just reports ``false``, with a warning saying why.
     """
-    capable = sharing.strategy() == "mps" and not any(mig_on(d) for d in inv.devices)
-    return {"nvidia.com/mps.capable": "true" if capable else "false"}
+    if not inv.devices:
+        return {}
+    mps = opts.sharing_or_default.strategy() == "mps"
+    if mps and any(mig_on(d) for d in inv.devices):
+        log.warning("MPS sharing is not supported on GPUs with MIG enabled; labelling mps.capable=false")
+        return {"nvidia.com/mps.capable": "false"}
+    return {"nvidia.com/mps.capable": "true" if mps else "false"}

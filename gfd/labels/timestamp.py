@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from gfd.inventory import Inventory
+from gfd.labels.common import LabelOptions, Labels
 
-from gfd.labels.common import Labels
 
-
-def timestamp_labels(when: datetime | None) -> Labels:
+def timestamp_labels(_inv: Inventory, opts: LabelOptions) -> Labels:
+    when = opts.timestamp
     return {} if when is None else {"nvidia.com/gfd.timestamp": str(int(when.timestamp()))}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 
 from gfd.inventory import Inventory, cuda_version_parts
-from gfd.labels.common import Labels
+from gfd.labels.common import LabelOptions, Labels
 
 log = logging.getLogger("gfd.labels")
 
@@ -47,5 +47,7 @@ def cuda_labels(cuda_driver_version: int | None) -> Labels:
     }
 
 
-def version_labels(inv: Inventory) -> Labels:
+def version_labels(inv: Inventory, _opts: LabelOptions) -> Labels:
+    if not inv.devices:
+        return {}  # as NVIDIA: a node without GPUs gets no device labels
     return driver_labels(inv.driver_version) | cuda_labels(inv.cuda_driver_version)

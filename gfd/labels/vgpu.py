@@ -8,13 +8,13 @@ version and branch need the PCI config space (``--with-vgpu``, a privileged cont
 from __future__ import annotations
 
 from gfd.inventory import Inventory
-from gfd.labels.common import Labels
+from gfd.labels.common import LabelOptions, Labels
 
 
-def vgpu_labels(inv: Inventory, host_driver: bool = False) -> Labels:
-    """``host_driver``: also the host's driver labels, from the PCI config space read by ``--with-vgpu``."""
+def vgpu_labels(inv: Inventory, opts: LabelOptions) -> Labels:
+    """With ``opts.with_vgpu``, also the host's driver labels (from the PCI config space)."""
     devices = sorted(inv.devices, key=lambda d: d.index)
-    infos = [d.vgpu for d in devices if d.vgpu is not None] if host_driver else []
+    infos = [d.vgpu for d in devices if d.vgpu is not None] if opts.with_vgpu else []
     if infos:
         labels: Labels = {"nvidia.com/vgpu.present": "true"}
         # NVIDIA writes each device's values over the previous; all share one host, the last one wins.

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from gfd.inventory import Device, Inventory, JetsonFacts, MigDevice, VGpuInfo
 from gfd.labels import LabelOptions, build_labels, collect_labels
-from gfd.sharing import ReplicatedResource, ReplicatedResources, SharingConfig
+from gfd.sharing_config import ReplicatedResource, ReplicatedResources, SharingConfig
 from k8slabels import key_problem, value_problem
 
 small = st.integers(min_value=0, max_value=1 << 20)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gfd.inventory import Device, Inventory, MigDevice
 from gfd.labels import LabelOptions, build_labels
-from gfd.sharing import ReplicatedResource, ReplicatedResources, SharingConfig
+from gfd.sharing_config import ReplicatedResource, ReplicatedResources, SharingConfig
 
 T4 = Device(index=0, name="Tesla T4", memory_mib=15360, compute_capability=(7, 5))
 ONE_G = MigDevice(profile="1g.5gb", memory_mib=4864, multiprocessors=14, gi_slices=1, ci_slices=1)

@@ -1,4 +1,4 @@
-"""The GPU sharing settings of an NVIDIA device-plugin config file, as plain data.
+"""The GPU sharing settings of an NVIDIA device-plugin config file (its ``sharing`` section), as plain data.
 
 ``gfd.plugin_config`` parses the file into these; the labelers read them. The
 class lives apart from the parser so the labelling core needs no pydantic.
