@@ -29,10 +29,15 @@ def cluster(apiserver, tmp_path):
     return apiserver.write_kubeconfig(tmp_path / "kubeconfig", apiserver.admin_token())
 
 
+def device_counts(fake: Any) -> int:
+    return int(fake.calls.get("nvmlDeviceGetCount_v2", 0) + fake.calls.get("nvmlDeviceGetCount", 0))
+
+
 def test_healthy_node_in_cluster(host, nvml, doctor, apiserver, cluster):
-    nvml("healthy-pci")
+    fake = nvml("healthy-pci")
     root = host("healthy-pci")
     labels = gfd_labels(root)
+    before = device_counts(fake)
     assert labels["nvidia.com/gpu.count"] == "2"  # the real labelers ran
     apiserver.add_node(NODE, labels=labels, allocatable={"cpu": "64", "nvidia.com/gpu": "2"})
     apiserver.add_runtime_class("nvidia")
@@ -43,6 +48,8 @@ def test_healthy_node_in_cluster(host, nvml, doctor, apiserver, cluster):
     assert "agree with what gfd sees now" in k["Kubernetes: labels"]["evidence"]
     assert k["Kubernetes: allocatable"]["evidence"] == f"node {NODE} allocatable: nvidia.com/gpu=2"
     assert k["Kubernetes: runtimeclass"]["status"] == "PASS"
+    # NVML read twice in the whole run: by layer 3, and once for the labels layer 7 compares
+    assert device_counts(fake) - before == 2
     # read-only: two GETs, nothing written
     assert apiserver.count(method="GET", path=f"/api/v1/nodes/{NODE}") == 1
     assert apiserver.count(method="GET", path="/apis/node.k8s.io/v1/runtimeclasses/nvidia") == 1
