@@ -7,19 +7,14 @@ import ctypes
 from pathlib import Path
 from typing import Any
 
+from gfd.backends import LIBRARY_DIRS, NVML_LIBRARY
 from gfd.backends.nvml_errors import Advice, init_advice, version_mismatch
 from gfd.doctor.model import Context, Finding, Status
 
-# Where distributions and the container toolkit put libnvidia-ml.so.<version>; its file name carries the
-# version, which is how we can show it even when the library refuses to start.
-LIB_DIRS = (
-    "usr/lib/x86_64-linux-gnu",
-    "usr/lib/aarch64-linux-gnu",
-    "usr/lib64",
-    "usr/lib",
-    "usr/local/nvidia/lib64",
-    "usr/lib/aarch64-linux-gnu/nvidia",
-)
+# Where libnvidia-ml.so.<version> may be: where gfd looks below a driver root, then where other distributions
+# and the container toolkit put it. Its file name carries the version, which is how it can be shown even
+# when the library refuses to start.
+LIB_DIRS = (*LIBRARY_DIRS, "usr/lib", "usr/local/nvidia/lib64", "usr/lib/aarch64-linux-gnu/nvidia")
 
 
 def library_versions(root: Path) -> list[str]:
@@ -40,7 +35,7 @@ def _init(ctx: Context, pynvml: Any) -> None:
         if ctx.host_root.resolve() == Path("/"):
             raise
         for rel in LIB_DIRS:
-            candidate = ctx.host_root / rel / "libnvidia-ml.so.1"
+            candidate = ctx.host_root / rel / NVML_LIBRARY
             if not candidate.exists():
                 continue
             try:
