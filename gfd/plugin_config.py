@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
+import durationpy
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -32,6 +32,7 @@ from gfd.choices import DiscoveryStrategy, MigStrategy
 from gfd.profile import PROFILE_FIELDS
 from gfd.sharing_config import SHARED_RENAME_SUFFIX, ReplicatedResource, ReplicatedResources, SharingConfig
 from gfd.yamlfile import load_model
+from k8slabels import prefix_problem
 
 __all__ = ["PluginConfig", "PluginConfigError", "PluginFlags", "SharingConfig", "load_plugin_config"]
 
@@ -39,9 +40,7 @@ log = logging.getLogger("gfd.plugin_config")
 
 RESOURCE_PREFIX = "nvidia.com"
 MAX_RESOURCE_NAME = 63
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_GO_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_BEYOND_GO_UNITS = ("d", "w", "mm", "y")
 
 
 def _is_uuid(text: str) -> bool:
@@ -207,13 +206,15 @@ def parse_go_duration(text: str) -> float:
     text = text.strip()
     if text == "infinite":
         return math.inf
-    if text in ("0", "+0"):
-        return 0.0
-    sign = -1.0 if text.startswith("-") else 1.0
-    body = text.lstrip("+-")
-    if not body or _GO_DURATION.sub("", body):
-        raise ValueError(f"invalid duration {text!r}: expected a Go duration such as '60s', '1m' or '1h30m'")
-    return sign * sum(float(n) * _UNIT_SECONDS[unit] for n, unit in _GO_DURATION.findall(body))
+    try:
+        # durationpy also reads days, weeks, months and years, which Go (and so NVIDIA) refuses.
+        if any(unit in text for unit in _BEYOND_GO_UNITS):
+            raise durationpy.DurationError(text)
+        return float(durationpy.from_str(text).total_seconds())
+    except durationpy.DurationError:
+        raise ValueError(
+            f"invalid duration {text!r}: expected a Go duration such as '60s', '1m' or '1h30m'"
+        ) from None
 
 
 def _duration(path: Path, where: str, raw: int | float | str) -> float:
@@ -240,7 +241,7 @@ def resource_name(path: Path, where: str, raw: str) -> str:
     name = raw if raw.startswith(RESOURCE_PREFIX + "/") else f"{RESOURCE_PREFIX}/{raw}"
     if len(name) > MAX_RESOURCE_NAME:
         raise PluginConfigError(f"{path}: field {where}: resource name {name!r} is longer than 63 characters")
-    if not _DNS_SUBDOMAIN.fullmatch(name.split("/", 1)[1]):
+    if prefix_problem(name.split("/", 1)[1]) is not None:  # the same rule as a label key's prefix
         raise PluginConfigError(
             f"{path}: field {where}: {raw!r} is no valid resource name (lowercase letters, digits, '-', '.')"
         )

@@ -201,10 +201,28 @@ def test_custom_rename_is_ignored_like_nvidia(tmp_path: Path, caplog: pytest.Log
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("60s", 60.0), ("1m", 60.0), ("1h30m", 5400.0), ("1.5s", 1.5), ("500ms", 0.5), ("infinite", math.inf)],
+    [
+        ("60s", 60.0),
+        ("1m", 60.0),
+        ("1h30m", 5400.0),
+        ("1.5h", 5400.0),
+        ("1.5s", 1.5),
+        (".5s", 0.5),
+        ("500ms", 0.5),
+        ("250µs", 0.00025),
+        ("250us", 0.00025),
+        ("infinite", math.inf),
+    ],
 )
 def test_go_durations(text: str, seconds: float) -> None:
     assert parse_go_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["5", "soon", "1d", "2w", "1mm", "1y", "5s ago", ""])
+def test_text_that_is_no_go_duration_is_refused(text: str) -> None:
+    # As Go's time.ParseDuration: a number written as text needs its unit.
+    with pytest.raises(ValueError, match="expected a Go duration"):
+        parse_go_duration(text)
 
 
 def test_bare_number_sleep_interval_is_nanoseconds(tmp_path: Path) -> None:
