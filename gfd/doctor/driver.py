@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gfd.backends import nvml_facts as facts
 from gfd.backends.host import KERNEL_MODULE_VERSION, read_text
+from gfd.backends.tegra import TEGRA_RELEASE
 from gfd.doctor.model import Context, Finding
 
 
@@ -73,8 +74,7 @@ def check_jetson(ctx: Context) -> list[Finding]:
         return [
             Finding(
                 "WARN",
-                "Jetson found but its L4T release is unknown (no readable "
-                f"{ctx.shown('etc/nv_tegra_release')})",
+                f"Jetson found but its L4T release is unknown (no readable {ctx.shown(TEGRA_RELEASE)})",
                 "the GPU driver (nvgpu) comes with L4T/JetPack: check that the board runs an NVIDIA "
                 "L4T image",
             )
