@@ -58,9 +58,3 @@ def value_problem(value: str) -> str | None:
     if not _NAME.fullmatch(value):
         return f"invalid value: must be {_RULE}"
     return None
-
-
-def split_key(key: str) -> tuple[str, str]:
-    """``"nvidia.com/gpu.count"`` -> ``("nvidia.com", "gpu.count")``; no prefix gives ``""``."""
-    prefix, _, name = key.rpartition("/")
-    return prefix, name

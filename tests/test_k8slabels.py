@@ -4,7 +4,7 @@ from collections.abc import Callable
 
 import pytest
 
-from k8slabels import key_problem, split_key, value_problem
+from k8slabels import key_problem, value_problem
 from tests.apiserver.label_cases import (
     LABEL_KEYS,
     LABEL_VALUES,
@@ -52,11 +52,6 @@ def test_valid_values(value: str) -> None:
 @pytest.mark.parametrize("value", ["a" * 64, "-x", "x-", "NVIDIA A100", "1g.10gb+me", "ü", "true\n"])
 def test_invalid_values(value: str) -> None:
     assert value_problem(value) is not None
-
-
-def test_split_key() -> None:
-    assert split_key("nvidia.com/gpu.count") == ("nvidia.com", "gpu.count")
-    assert split_key("plain") == ("", "plain")
 
 
 def test_verdicts_equal_the_real_api_servers(kube: ControlPlane, new_node: Callable[..., str]) -> None:
