@@ -34,9 +34,9 @@ PROFILE = ROOT / "profiles" / "dgx-a100-mig.yaml"
 FAKE_NVML_CHILD = """
 import sys
 import pynvml
-from gfd.profile import load_profile
+from gfd.machine_profile import load_machine_profile
 from tests.fakes.fake_nvml import FakeNvml
-fake = FakeNvml(load_profile(sys.argv[1]))
+fake = FakeNvml(load_machine_profile(sys.argv[1]))
 pynvml._nvmlGetFunctionPointer_cache = {}
 pynvml._nvmlLib_refcount = 0
 pynvml.nvmlLib = fake

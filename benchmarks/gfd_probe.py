@@ -32,7 +32,7 @@ import pytest  # noqa: E402  (MonkeyPatch installs and removes the fake cleanly)
 
 from gfd.backends.nvml import NvmlBackend  # noqa: E402
 from gfd.labels import LabelOptions, build_labels  # noqa: E402
-from gfd.profile import MachineProfile  # noqa: E402
+from gfd.machine_profile import MachineProfile  # noqa: E402
 from tests.fakes.fake_nvml import install_fake_nvml  # noqa: E402
 
 TARGET_MS_PER_GPU = 5.0

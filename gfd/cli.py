@@ -90,11 +90,11 @@ def _main(args: list[str]) -> int:
 
     if settings.mock_profile is not None:
         # A malformed profile is bad input, not a broken GPU stack: say so up front with exit 2.
-        from gfd.profile import ProfileError, load_profile
+        from gfd.machine_profile import MachineProfileError, load_machine_profile
 
         try:
-            load_profile(settings.mock_profile)
-        except ProfileError as err:
+            load_machine_profile(settings.mock_profile)
+        except MachineProfileError as err:
             print(f"gfd: error: {err}", file=sys.stderr)
             return 2
 

@@ -29,7 +29,7 @@ from pydantic import (
 )
 
 from gfd.choices import DiscoveryStrategy, MigStrategy
-from gfd.profile import PROFILE_FIELDS
+from gfd.machine_profile import MACHINE_PROFILE_FIELDS
 from gfd.sharing_config import SHARED_RENAME_SUFFIX, ReplicatedResource, ReplicatedResources, SharingConfig
 from gfd.yamlfile import load_model
 from k8slabels import prefix_problem
@@ -170,7 +170,11 @@ def load_plugin_config(path: str | Path) -> PluginConfig:
     """Read and check a device-plugin config file (YAML or JSON)."""
     path = Path(path)
     model = load_model(path, _Config, PluginConfigError, "config file")
-    if model.flags is None and model.sharing is None and set(model.model_extra or {}) & PROFILE_FIELDS:
+    if (
+        model.flags is None
+        and model.sharing is None
+        and set(model.model_extra or {}) & MACHINE_PROFILE_FIELDS
+    ):
         raise PluginConfigError(
             f"{path}: this is a machine profile (for --backend mock --mock-profile), expected NVIDIA's "
             "device-plugin config file (version, flags, sharing)"

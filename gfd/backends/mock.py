@@ -19,9 +19,12 @@ class MockBackend:
         self.profile_path = Path(profile_path)
 
     def probe(self) -> Inventory:
-        from gfd.profile import ProfileError, load_profile  # pulls in pydantic: only for mock runs
+        from gfd.machine_profile import (  # pulls in pydantic: only for mock runs
+            MachineProfileError,
+            load_machine_profile,
+        )
 
         try:
-            return load_profile(self.profile_path).to_inventory()
-        except ProfileError as err:
+            return load_machine_profile(self.profile_path).to_inventory()
+        except MachineProfileError as err:
             raise BackendError("profile", str(err)) from None

@@ -9,7 +9,7 @@ is absent makes the bindings raise ``NVMLError_FunctionNotFound`` themselves.
 
 ``install_fake_nvml`` puts it under ``pynvml`` for one test (via monkeypatch):
 
-    fake = install_fake_nvml(monkeypatch, load_profile("profiles/dgx-a100-mig.yaml"))
+    fake = install_fake_nvml(monkeypatch, load_machine_profile("profiles/dgx-a100-mig.yaml"))
     inv = NvmlBackend().probe()
     fake.calls["nvmlDeviceGetMemoryInfo"]  # how often the bindings called it
 
@@ -31,7 +31,7 @@ from typing import Any
 import pynvml
 import pytest
 
-from gfd.profile import DeviceProfile, MachineProfile
+from gfd.machine_profile import DeviceSpec, MachineProfile
 from tests.fakes.nvml_mig import MigSymbols
 from tests.fakes.nvml_model import CI_IDS, FakeGpu, FakeMig, gi_profile_id
 from tests.fakes.nvml_wire import (
@@ -113,7 +113,7 @@ class FakeNvml(MigSymbols):
 
     # ---- set-up -------------------------------------------------------------------------------
 
-    def _make_gpu(self, index: int, spec: DeviceProfile) -> FakeGpu:
+    def _make_gpu(self, index: int, spec: DeviceSpec) -> FakeGpu:
         gpu_uuid = spec.uuid or "GPU-" + str(uuidlib.uuid5(uuidlib.NAMESPACE_OID, f"{spec.name}/{index}"))
         gpu = FakeGpu(index=index, spec=spec, uuid=gpu_uuid, bus_id=nvml_bus_id(spec.pci_bus_id, index))
         gpu.handle = self._new_handle(gpu)

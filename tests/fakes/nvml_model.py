@@ -7,7 +7,7 @@ import uuid as uuidlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from gfd.profile import DeviceProfile, MigDeviceProfile
+from gfd.machine_profile import DeviceSpec, MigDeviceSpec
 
 # GPU instance profile ids (nvmlGpuInstanceProfile) by (slices, attribute suffix); the first id
 # is used for the first memory size seen, the next (a REV2 "double memory" profile) for a second.
@@ -43,7 +43,7 @@ class FakeMig:
 
     gpu: FakeGpu
     index: int
-    spec: MigDeviceProfile
+    spec: MigDeviceSpec
     gi_profile_id: int
     ci_profile_id: int
     gi_id: int
@@ -60,7 +60,7 @@ class FakeMig:
 @dataclass
 class FakeGpu:
     index: int
-    spec: DeviceProfile
+    spec: DeviceSpec
     uuid: str
     bus_id: str  # NVML form: 8-hex-digit domain, upper case, "00000000:07:00.0"
     handle: int = 0
@@ -110,7 +110,7 @@ class HandleTable:
         return obj[1] if isinstance(obj, tuple) and obj[0] == kind else None
 
 
-def gi_profile_id(m: MigDeviceProfile, used: dict[tuple[int, str], list[int]]) -> int:
+def gi_profile_id(m: MigDeviceSpec, used: dict[tuple[int, str], list[int]]) -> int:
     name = m.profile
     cut = min((i for i in (name.find("+"), name.find("-")) if i >= 0), default=len(name))
     key = (m.gi_slices, name[cut:])

@@ -15,7 +15,7 @@ from gfd.backends.tegra import TegraBackend
 from gfd.config import load_settings
 from gfd.doctor.hardware import check
 from gfd.doctor.model import Context
-from gfd.profile import MachineProfile, load_profile
+from gfd.machine_profile import MachineProfile, load_machine_profile
 from tests.fakes.fake_nvml import install_fake_nvml
 
 HERE = Path(__file__).parent
@@ -44,7 +44,7 @@ def test_a_broken_profile_is_a_profile_layer_error_with_the_field() -> None:
 def test_auto_picks_nvml_when_it_sees_a_gpu_and_probes_only_once(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    fake = install_fake_nvml(monkeypatch, load_profile(T4))
+    fake = install_fake_nvml(monkeypatch, load_machine_profile(T4))
     backend, inventory = detect("auto", host_root=tmp_path)
     assert isinstance(backend, NvmlBackend)
     assert inventory is not None and inventory.backend == "nvml"
@@ -55,7 +55,7 @@ def test_auto_picks_nvml_when_it_sees_a_gpu_and_probes_only_once(
 def test_auto_on_a_jetson_uses_the_tegra_files_even_when_nvml_answers(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    install_fake_nvml(monkeypatch, load_profile(T4))
+    install_fake_nvml(monkeypatch, load_machine_profile(T4))
     backend, inventory = detect("auto", host_root=ORIN)
     assert isinstance(backend, TegraBackend) and inventory is None
     assert backend.probe().backend == "tegra"
@@ -117,7 +117,7 @@ def test_nvml_is_loaded_from_below_the_driver_root(
     real.parent.mkdir(parents=True)
     real.write_bytes(b"")
     (real.parent / "libnvidia-ml.so.1").symlink_to(real.name)
-    fake = install_fake_nvml(monkeypatch, load_profile(T4))
+    fake = install_fake_nvml(monkeypatch, load_machine_profile(T4))
     loaded: list[str] = []
 
     def cdll(name: str, *args: object, **kwargs: object) -> object:
@@ -134,7 +134,7 @@ def test_nvml_is_loaded_from_below_the_driver_root(
 def test_without_a_library_below_the_driver_root_the_loader_searches(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    fake = install_fake_nvml(monkeypatch, load_profile(T4))
+    fake = install_fake_nvml(monkeypatch, load_machine_profile(T4))
     loaded: list[str] = []
     monkeypatch.setattr(pynvml, "nvmlLib", None)
     monkeypatch.setattr(pynvml, "CDLL", lambda name, *a, **k: loaded.append(name) or fake)

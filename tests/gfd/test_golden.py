@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from gfd.labels import LabelOptions, build_labels
+from gfd.machine_profile import load_machine_profile
 from gfd.plugin_config import load_plugin_config
-from gfd.profile import load_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = ROOT / "profiles"
@@ -40,7 +40,7 @@ def profile_names() -> list[str]:
 
 
 def render(profile: str, strategy: str, sharing: str | None = None) -> str:
-    inv = load_profile(PROFILES / f"{profile}.yaml").to_inventory()
+    inv = load_machine_profile(PROFILES / f"{profile}.yaml").to_inventory()
     config = load_plugin_config(PROFILES / "sharing" / f"{sharing}.yaml").sharing if sharing else None
     labels = build_labels(inv, LabelOptions(mig_strategy=strategy, sharing=config))  # type: ignore[arg-type]
     return "".join(f"{key}={value}\n" for key, value in sorted(labels.items()))

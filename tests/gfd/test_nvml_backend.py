@@ -15,7 +15,7 @@ from gfd.backends.errors import BackendError
 from gfd.backends.nvml import NvmlBackend
 from gfd.inventory import Device, Inventory, cuda_version_parts
 from gfd.labels import LabelOptions, build_labels
-from gfd.profile import MachineProfile, load_profile
+from gfd.machine_profile import MachineProfile, load_machine_profile
 from tests.fakes.fake_nvml import FakeNvml, install_fake_nvml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,14 +25,14 @@ MP = pytest.MonkeyPatch
 
 def _profiles() -> list[Path]:
     shipped = sorted((ROOT / "profiles").glob("*.yaml"))
-    return [p for p in shipped + sorted(OWN.glob("*.yaml")) if load_profile(p).jetson is None]
+    return [p for p in shipped + sorted(OWN.glob("*.yaml")) if load_machine_profile(p).jetson is None]
 
 
 def _profile(name: str) -> MachineProfile:
     for path in _profiles():
         if path.stem == name:
-            return load_profile(path)
-    return load_profile(OWN / f"{name}.yaml")
+            return load_machine_profile(path)
+    return load_machine_profile(OWN / f"{name}.yaml")
 
 
 def _probe(monkeypatch: MP, tmp_path: Path, profile: MachineProfile, **kw: object) -> Inventory:
@@ -50,7 +50,7 @@ def _expected(profile: MachineProfile, device: Device, probed: Device) -> Device
 
 @pytest.mark.parametrize("path", _profiles(), ids=lambda p: p.stem)
 def test_probe_reports_what_the_machine_has(monkeypatch: MP, tmp_path: Path, path: Path) -> None:
-    profile = load_profile(path)
+    profile = load_machine_profile(path)
     inv = _probe(monkeypatch, tmp_path, profile)
     want = profile.to_inventory()
     assert inv.backend == "nvml" and not inv.simulated
@@ -64,7 +64,7 @@ def test_probe_reports_what_the_machine_has(monkeypatch: MP, tmp_path: Path, pat
 @pytest.mark.parametrize("path", _profiles(), ids=lambda p: p.stem)
 def test_labels_match_the_simulated_node(monkeypatch: MP, tmp_path: Path, path: Path, strategy: str) -> None:
     """Probing a machine through NVML labels it as the mock backend labels its profile, minus "simulated"."""
-    profile = load_profile(path)
+    profile = load_machine_profile(path)
     inv = dataclasses.replace(_probe(monkeypatch, tmp_path, profile), machine=profile.machine)
     opts = LabelOptions(mig_strategy=strategy, with_vgpu=True)  # type: ignore[arg-type]
     mock = build_labels(profile.to_inventory(), opts)

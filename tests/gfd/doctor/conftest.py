@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from gfd.doctor.cli import main
-from gfd.profile import MachineProfile
+from gfd.machine_profile import MachineProfile
 from tests.fakes.fake_nvml import install_fake_nvml
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"

@@ -1,8 +1,10 @@
 """The machine profile: a YAML description of a simulated node.
 
 It drives the mock backend (label GPU-less test clusters) and the fake NVML
-library the tests put under the real bindings. ``load_profile`` turns any
-mistake into one ``ProfileError`` line naming the file and the field path.
+library the tests put under the real bindings. ``load_machine_profile`` turns
+any mistake into one ``MachineProfileError`` line naming the file and the field
+path. Its parts are specs (``DeviceSpec``, ``MigSpec``, ...): "profile" alone
+means the whole machine, never a MIG profile such as ``1g.5gb``.
 """
 
 from __future__ import annotations
@@ -17,16 +19,18 @@ from gfd.inventory import Device, Inventory, JetsonFacts, MigDevice, VGpuInfo
 from gfd.yamlfile import load_model
 
 
-class ProfileError(ValueError):
-    """A profile could not be read; the message is one line with file and field path."""
+class MachineProfileError(ValueError):
+    """A machine profile could not be read; the message is one line with file and field path."""
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class MigDeviceProfile(_Strict):
-    profile: Annotated[str, Field(min_length=1)]
+class MigDeviceSpec(_Strict):
+    """One MIG device of a simulated GPU."""
+
+    profile: Annotated[str, Field(min_length=1)]  # the MIG profile, e.g. "1g.5gb"
     memory_mib: Annotated[int, Field(ge=0)]
     multiprocessors: Annotated[int, Field(ge=0)]
     gi_slices: Annotated[int, Field(ge=1)]
@@ -38,26 +42,30 @@ class MigDeviceProfile(_Strict):
     ofas: Annotated[int, Field(ge=0)] = 0
 
 
-class MigProfile(_Strict):
+class MigSpec(_Strict):
+    """A simulated GPU's ``mig:`` section: its MIG mode and, when enabled, its MIG devices."""
+
     enabled: bool = False
-    devices: list[MigDeviceProfile] = []
+    devices: list[MigDeviceSpec] = []
 
 
-class VGpuProfile(_Strict):
+class VGpuSpec(_Strict):
     host_driver_version: str | None = None
     host_driver_branch: str | None = None
 
 
-class DeviceProfile(_Strict):
+class DeviceSpec(_Strict):
+    """One simulated full GPU."""
+
     name: Annotated[str, Field(min_length=1)]
     uuid: str | None = None
     memory_mib: Annotated[int, Field(ge=0)] | None = None
     compute_capability: str | None = None  # "8.0"
     pci_class: str | None = None  # "0x030200"
     pci_bus_id: str | None = None
-    mig: MigProfile | None = None  # absent: not MIG capable
+    mig: MigSpec | None = None  # absent: not MIG capable
     clique: str | None = None
-    vgpu: VGpuProfile | None = None
+    vgpu: VGpuSpec | None = None
 
     @field_validator("compute_capability")
     @classmethod
@@ -79,7 +87,7 @@ class DeviceProfile(_Strict):
         return value
 
 
-class JetsonProfile(_Strict):
+class JetsonSpec(_Strict):
     """What a Jetson's tegra files would say (optional; simulates a Jetson without a host root)."""
 
     model: str | None = None  # "NVIDIA Jetson Orin Nano Developer Kit"
@@ -93,8 +101,8 @@ class MachineProfile(_Strict):
     machine: str | None = None
     driver_version: str | None = None
     cuda_driver_version: Annotated[int, Field(ge=1000)] | None = None
-    devices: list[DeviceProfile] = []
-    jetson: JetsonProfile | None = None
+    devices: list[DeviceSpec] = []
+    jetson: JetsonSpec | None = None
 
     def to_inventory(self) -> Inventory:
         """The inventory the mock backend reports for this profile."""
@@ -108,7 +116,7 @@ class MachineProfile(_Strict):
         )
 
 
-def _device(index: int, d: DeviceProfile) -> Device:
+def _device(index: int, d: DeviceSpec) -> Device:
     cc = None
     if d.compute_capability is not None:
         major, _, minor = d.compute_capability.partition(".")
@@ -130,25 +138,25 @@ def _device(index: int, d: DeviceProfile) -> Device:
     )
 
 
-PROFILE_FIELDS = frozenset(MachineProfile.model_fields)
+MACHINE_PROFILE_FIELDS = frozenset(MachineProfile.model_fields)
 _EXPECTED = "a machine profile (machine, driver_version, devices: [...]; schema in docs/gfd.md)"
 # Top-level keys of NVIDIA's device-plugin config file, the YAML most easily passed here by mistake.
 CONFIG_FILE_FIELDS = frozenset({"version", "flags", "resources", "sharing", "imex"})
 
 
-def load_profile(path: str | Path) -> MachineProfile:
-    """Read and validate a profile file, or raise ProfileError with a one-line reason."""
+def load_machine_profile(path: str | Path) -> MachineProfile:
+    """Read and validate a profile file, or raise MachineProfileError with a one-line reason."""
     path = Path(path)
     try:
-        profile = load_model(path, MachineProfile, ProfileError, "profile")
-    except ProfileError:
+        profile = load_model(path, MachineProfile, MachineProfileError, "profile")
+    except MachineProfileError:
         if _top_level_keys(path) & CONFIG_FILE_FIELDS:
-            raise ProfileError(
+            raise MachineProfileError(
                 f"{path}: this is a device-plugin config file (for --config-file), expected {_EXPECTED}"
             ) from None
         raise
     if profile == MachineProfile():
-        raise ProfileError(f"{path}: the profile is empty, expected {_EXPECTED}")
+        raise MachineProfileError(f"{path}: the profile is empty, expected {_EXPECTED}")
     return profile
 
 
