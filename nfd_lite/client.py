@@ -398,7 +398,7 @@ class NodeApi:
         request_timeout: float = 10.0,
         token: TokenFile | None = None,
     ) -> None:
-        configuration.retries = False  # urllib3 must not retry behind our back: retries are counted here
+        configuration.retries = False  # urllib3 must not retry behind our back: the caller retries and counts
         configuration.keep_alive = True  # TCP keep-alive probes find a dead peer under an idle watch
         self.configuration = configuration
         self.api = ApiClient(configuration)

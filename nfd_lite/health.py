@@ -47,10 +47,6 @@ class HealthServer:
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, name="nfd-lite-health", daemon=True)
 
-    @property
-    def port(self) -> int:
-        return int(self.server.server_address[1])
-
     def start(self) -> None:
         self.thread.start()
 
