@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from gfd.backends import nvml_facts as facts
+from gfd.backends.errors import BackendError
 from gfd.backends.host import NO_GPU_FIX, NO_GPU_ON_THE_BUS, PCI_DIR, scan_pci
-from gfd.backends.tegra import TegraBackend, is_jetson
+from gfd.backends.tegra import TegraBackend
 from gfd.doctor.model import Context, Finding
+from gfd.inventory import Inventory
 
 
 def _other_kind(pci_class: int | None) -> str:
@@ -26,8 +28,11 @@ def check(ctx: Context) -> list[Finding]:
         kinds = ", ".join(f"{others.count(k)} {k}" for k in sorted(set(others)))
         extra = f"; other NVIDIA functions, not GPUs: {kinds}" if others else ""
         return [Finding("PASS", f"{len(gpus)} NVIDIA GPU(s) on the PCI bus: {shown}{more}{extra}")]
-    # One read of the Jetson's files; the layers above use what it found.
-    tegra = TegraBackend(ctx.host_root).probe() if is_jetson(ctx.host_root) else None
+    # One read of the Jetson's files, by the tegra backend; the layers above use what it found.
+    try:
+        tegra: Inventory | None = TegraBackend(ctx.host_root).probe()
+    except BackendError:  # no Jetson
+        tegra = None
     if tegra is not None and tegra.jetson is not None:
         jetson = tegra.jetson
         ctx.jetson, ctx.jetson_facts, ctx.jetson_cuda = True, jetson, tegra.cuda_driver_version

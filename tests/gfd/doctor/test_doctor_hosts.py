@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from gfd.backends.errors import BackendError
+from gfd.backends.nvml import NvmlBackend
+
 
 def statuses(report: dict[str, Any]) -> dict[str, str]:
     return {c["name"]: c["status"] for c in report["checks"]}
@@ -79,6 +84,18 @@ def test_version_mismatch_shows_both_versions(host, nvml, doctor):
     )
     assert "reboot" in three["fix"]
     assert layer(report, 4)[0]["evidence"] == "fix layer 3 first"
+
+
+def test_nvml_start_failure_is_said_as_gfd_logs_it(host, nvml, doctor):
+    nvml("healthy-pci", driver_not_loaded=True)
+    root = host("healthy-pci")
+    code, report = doctor(root)
+    three = layer(report, 3)[0]
+    with pytest.raises(BackendError) as logged:
+        NvmlBackend(host_root=root).probe()
+    assert code == 1 and three["status"] == "FAIL"
+    assert str(logged.value) == f"driver: {three['evidence']}: {three['fix']}"
+    assert "modprobe nvidia" in three["fix"]
 
 
 def test_library_missing_on_pci_host_fails_nvml(host, nvml, doctor):
