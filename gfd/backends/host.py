@@ -1,6 +1,7 @@
 """Facts read from the host's files under a host root: the PCI bus, the kernel module, the machine type.
 
-The daemon's backends and ``gfd doctor`` both read these, so each file is read and parsed here only.
+The daemon's backends and ``gfd doctor`` both read these, so their paths, readers and parsers live here
+(the pure parsers in ``nvml_facts``).
 Every reader answers None for a file that is missing or unreadable; what that means is the caller's call.
 """
 
