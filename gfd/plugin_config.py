@@ -34,7 +34,7 @@ from gfd.sharing_config import SHARED_RENAME_SUFFIX, ReplicatedResource, Replica
 from gfd.yamlfile import load_model
 from k8slabels import prefix_problem
 
-__all__ = ["PluginConfig", "PluginConfigError", "PluginFlags", "SharingConfig", "load_plugin_config"]
+__all__ = ["PluginConfig", "PluginConfigError", "PluginFlags", "load_plugin_config"]
 
 log = logging.getLogger("gfd.plugin_config")
 
@@ -90,7 +90,6 @@ class PluginFlags:
 
 @dataclass(frozen=True)
 class PluginConfig:
-    path: Path
     flags: PluginFlags
     sharing: SharingConfig | None  # None: the file has no sharing section
 
@@ -148,7 +147,7 @@ class _Resource(_Model):
 
 class _Replicated(_Model):
     renameByDefault: StrictBool = False
-    failRequestsGreaterThanOne: StrictBool = False
+    failRequestsGreaterThanOne: StrictBool = False  # checked, unused: it governs allocation, not labels
     resources: Annotated[list[_Resource], Field(min_length=1)]
 
 
@@ -181,7 +180,7 @@ def load_plugin_config(path: str | Path) -> PluginConfig:
         )
     if model.version not in (None, "", "v1"):
         raise PluginConfigError(f"{path}: field version: unknown version {model.version!r}, expected 'v1'")
-    return PluginConfig(path=path, flags=_flags(path, model.flags), sharing=_sharing(path, model.sharing))
+    return PluginConfig(flags=_flags(path, model.flags), sharing=_sharing(path, model.sharing))
 
 
 def _flags(path: Path, flags: _Flags | None) -> PluginFlags:
@@ -264,11 +263,10 @@ def _replicated(path: Path, where: str, section: _Replicated) -> ReplicatedResou
             log.warning("%s: %s.rename is not supported and is ignored; renameByDefault decides", path, here)
         if entry.devices != "all":
             log.warning("%s: %s.devices is not supported and is ignored; all devices are shared", path, here)
-        resources.append(ReplicatedResource(name=name, replicas=entry.replicas, rename=rename))
+        resources.append(ReplicatedResource(name=name, replicas=entry.replicas))
     return ReplicatedResources(
         resources=tuple(resources),
         rename_by_default=section.renameByDefault,
-        fail_requests_greater_than_one=section.failRequestsGreaterThanOne,
     )
 
 

@@ -20,7 +20,6 @@ class ReplicatedResource:
 
     name: str  # fully qualified, e.g. "nvidia.com/gpu" or "nvidia.com/mig-1g.5gb"
     replicas: int
-    rename: str | None = None  # as written in the file; see ReplicatedResources.is_renamed
 
 
 @dataclass(frozen=True)
@@ -29,7 +28,6 @@ class ReplicatedResources:
 
     resources: tuple[ReplicatedResource, ...] = ()
     rename_by_default: bool = False
-    fail_requests_greater_than_one: bool = False
 
     def is_replicated(self) -> bool:
         return any(r.replicas > 1 for r in self.resources)

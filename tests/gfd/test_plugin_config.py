@@ -64,7 +64,7 @@ sharing:
     assert (f.output_file, f.machine_type_file) == ("/tmp/gfd", "/sys/class/dmi/id/product_name")
     assert cfg.sharing is not None and cfg.sharing.time_slicing is not None
     ts = cfg.sharing.time_slicing
-    assert ts.rename_by_default and ts.fail_requests_greater_than_one
+    assert ts.rename_by_default
     assert ts.resources[0].name == "nvidia.com/gpu"  # prefix added as NVIDIA does
     assert ts.resources[0].replicas == 4
     assert cfg.sharing.strategy() == "time-slicing"
