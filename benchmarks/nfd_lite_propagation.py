@@ -24,16 +24,16 @@ def main() -> None:
     args = parser.parse_args()
     bench = Bench("--debounce", args.debounce)
     try:
-        bench.write("nvidia.com/bench=warmup\n")
-        assert bench.wait_label("nvidia.com/bench", "warmup", 30), "writer did not start"
+        bench.write("nvidia.com/gpu.machine=warmup\n")
+        assert bench.wait_label("nvidia.com/gpu.machine", "warmup", 30), "writer did not start"
         samples: list[float] = []
         for i in range(args.changes + 5):
             value = f"v{i}"
             temp = bench.features / ".gfd.tmp"
-            temp.write_text(f"nvidia.com/gpu.count=2\nnvidia.com/bench={value}\n")
+            temp.write_text(f"nvidia.com/gpu.count=2\nnvidia.com/gpu.machine={value}\n")
             started = time.perf_counter()
             temp.rename(bench.features / "gfd")
-            assert bench.wait_label("nvidia.com/bench", value), f"change {i} never arrived"
+            assert bench.wait_label("nvidia.com/gpu.machine", value), f"change {i} never arrived"
             if i >= 5:  # the first few warm caches and connections
                 samples.append((time.perf_counter() - started) * 1000)
             time.sleep(0.02)  # let the writer see its own watch event before the next change

@@ -106,8 +106,8 @@ def main() -> None:
     bench = Bench("--watch-timeout", "3")
     try:
         for i in range(50):
-            bench.write(f"nvidia.com/gpu.count=8\nnvidia.com/rss=v{i}\n")
-            assert bench.wait_label("nvidia.com/rss", f"v{i}", 30), "writer did not apply a change"
+            bench.write(f"nvidia.com/gpu.count=8\nnvidia.com/gpu.machine=v{i}\n")
+            assert bench.wait_label("nvidia.com/gpu.machine", f"v{i}", 30), "writer did not apply a change"
         time.sleep(4)  # one watch renewal
         peak = bench.peak_rss_kib() / 1024
         print(f"nfd-lite writer (kubeconfig mode, 50 changes): peak RSS {peak:.1f} MiB (target <= 50 MiB)")

@@ -16,6 +16,7 @@ import os
 import shlex
 import signal
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Sequence
@@ -67,9 +68,30 @@ def token_pod(token: str) -> tuple[str, str]:
     return str(pod["name"]), str(pod["uid"])
 
 
-def sandbox_command(sa_dir: Path, argv: Sequence[str], features_dir: Path | None = None) -> list[str]:
+def _python_for_any_user() -> list[str]:
+    """Mount steps that let a non-root user run this Python when it is installed under /root, which is
+    private to root: /root is covered by an empty view that holds only the Python installation."""
+    base = Path(sys.base_prefix).resolve()
+    if not base.is_relative_to("/root"):
+        return []
+    where = shlex.quote(str(base))
+    return [
+        "mkdir -p /run/python",
+        f"mount --bind {where} /run/python",
+        "mount -t tmpfs -o mode=0755 tmpfs /root",
+        f"mkdir -p {where}",
+        f"mount --bind /run/python {where}",
+    ]
+
+
+def sandbox_command(
+    sa_dir: Path, argv: Sequence[str], features_dir: Path | None = None, uid: int | None = None
+) -> list[str]:
     """``argv`` in a private mount namespace with ``sa_dir`` at the in-cluster path and, if given,
-    ``features_dir`` at NFD's features.d. ``exec`` keeps the process id: it is the program's own."""
+    ``features_dir`` at NFD's features.d. ``exec`` keeps the process id: it is the program's own. With
+    ``uid`` it runs as that user (and group), as a pod's non-root user: then per-user kernel limits, such
+    as the 128 inotify instances of fs.inotify.max_user_instances, are its own and not the machine's
+    root's, as on a node of its own."""
     steps = [
         "mount -t tmpfs tmpfs /run",
         f"mkdir -p {IN_CLUSTER_DIR}",
@@ -82,6 +104,9 @@ def sandbox_command(sa_dir: Path, argv: Sequence[str], features_dir: Path | None
             f"mkdir -p {FEATURES_D}",
             f"mount --bind {shlex.quote(str(features_dir))} {FEATURES_D}",
         ]
+    if uid is not None:
+        steps += _python_for_any_user()
+        argv = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *argv]
     steps.append("exec " + shlex.join(argv))
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c", " && ".join(steps)]
 
@@ -91,19 +116,26 @@ class NfdProcess:
 
     def __init__(self, name: str, command: list[str], env: dict[str, str], log: Path, port: int) -> None:
         self.name = name
+        self.command = command
+        self.env = env
         self.log = log
         self.port = port
-        with open(log, "ab") as out:
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> NfdProcess:
+        with open(self.log, "ab") as out:
             self.process = subprocess.Popen(
-                command, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                self.command, env=self.env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
             )
+        return self
 
     @property
     def pid(self) -> int:
+        assert self.process is not None, f"{self.name} was not started"
         return self.process.pid
 
     def running(self) -> bool:
-        return self.process.poll() is None
+        return self.process is not None and self.process.poll() is None
 
     def healthy(self) -> bool:
         """Its /healthz answers, which both serve once their set-up is done (the master's caches synced)."""
@@ -122,7 +154,7 @@ class NfdProcess:
             time.sleep(0.1)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
+        if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
                 self.process.wait(10)
@@ -168,9 +200,16 @@ class UpstreamNfd:
         crd_names = [f"crd/{name}.nfd.k8s-sigs.io" for name in names]
         self.kube.kubectl("wait", "--for=condition=Established", "--timeout=60s", *crd_names)
 
-    def _start(
-        self, name: str, account: str, node: str, argv: list[str], features_dir: Path | None = None
+    def _prepare(
+        self,
+        name: str,
+        account: str,
+        node: str,
+        argv: list[str],
+        features_dir: Path | None = None,
+        uid: int | None = None,
     ) -> NfdProcess:
+        """The process, its pod-bound token issued and its sandbox laid out, not yet started."""
         token = self.kube.pod_token(node, namespace=NAMESPACE, account=account)
         pod_name, pod_uid = token_pod(token)
         home = self.workdir / pod_name
@@ -178,18 +217,27 @@ class UpstreamNfd:
         (sa_dir / "namespace").write_text(NAMESPACE)
         env = {**os.environ, **env, "NODE_NAME": node, "POD_NAME": pod_name, "POD_UID": pod_uid}
         port = free_port()
-        command = sandbox_command(sa_dir, [str(self.binaries / name), f"-port={port}", *argv], features_dir)
+        command = sandbox_command(
+            sa_dir, [str(self.binaries / name), f"-port={port}", *argv], features_dir, uid
+        )
         process = NfdProcess(name, command, env, home / f"{name}.log", port)
         self.processes.append(process)
         return process
 
     def start_master(self, node: str, *extra: str) -> NfdProcess:
-        """nfd-master as its Deployment runs it, on ``node`` (which it annotates with its version)."""
-        return self._start("nfd-master", "nfd-master", node, list(extra))
+        """nfd-master as its Deployment runs it, on ``node``."""
+        return self._prepare("nfd-master", "nfd-master", node, list(extra)).start()
+
+    def prepare_worker(
+        self, node: str, features_dir: Path, *extra: str, uid: int | None = None
+    ) -> NfdProcess:
+        """nfd-worker as its DaemonSet runs it on ``node``, reading ``features_dir`` as its features.d;
+        ``start()`` it (many can be prepared first and started at once). ``uid``: see sandbox_command."""
+        argv = [*WORKER_SOURCES, *extra]
+        return self._prepare("nfd-worker", "nfd-worker", node, argv, features_dir, uid)
 
     def start_worker(self, node: str, features_dir: Path, *extra: str) -> NfdProcess:
-        """nfd-worker as its DaemonSet runs it on ``node``, reading ``features_dir`` as its features.d."""
-        return self._start("nfd-worker", "nfd-worker", node, [*WORKER_SOURCES, *extra], features_dir)
+        return self.prepare_worker(node, features_dir, *extra).start()
 
     def stop(self) -> None:
         for process in reversed(self.processes):
