@@ -44,7 +44,7 @@ class Plan:
     removed: list[str] = field(default_factory=list)
 
 
-def owned_keys(annotations: Mapping[str, str], may_own: Callable[[str], bool] = lambda _k: True) -> set[str]:
+def owned_keys(annotations: Mapping[str, str], may_own: Callable[[str], bool]) -> set[str]:
     """Keys listed in the ownership annotation that ``may_own`` accepts (``Policy.may_own``: everything but
     reserved-namespace and control labels). A key under a prefix that is no longer allowed stays owned, so it
     is removed rather than orphaned; a reserved or control label is never treated as owned, so an edited
@@ -69,7 +69,7 @@ def plan(
     *,
     overwrite: bool = False,
     allow_removal: bool = True,
-    may_own: Callable[[str], bool] = lambda _k: True,
+    may_own: Callable[[str], bool],
 ) -> Plan:
     """What to send so the Node carries ``desired`` for the keys this writer owns.
 
@@ -104,7 +104,7 @@ def plan(
     return result
 
 
-def prune_patch(node: NodeState, may_own: Callable[[str], bool] = lambda _k: True) -> dict[str, Any] | None:
+def prune_patch(node: NodeState, may_own: Callable[[str], bool]) -> dict[str, Any] | None:
     """The patch removing every owned label and the ownership record; None if nothing is owned."""
     if OWNED_ANNOTATION not in node.annotations:
         return None

@@ -6,6 +6,7 @@ from nfd_lite.policy import Policy
 from nfd_lite.reconciler import OWNED_ANNOTATION, NodeState, plan, prune_patch
 
 OTHER = {"kubernetes.io/hostname": "n1", "team.example.com/owner": "ml"}
+MAY_OWN = Policy().may_own
 
 
 def node(labels: dict[str, str], owned: str | None = None, rv: str = "7") -> NodeState:
@@ -16,7 +17,7 @@ def node(labels: dict[str, str], owned: str | None = None, rv: str = "7") -> Nod
 
 
 def test_first_sync_sets_labels_and_records_ownership() -> None:
-    result = plan({"nvidia.com/b": "2", "nvidia.com/a": "1"}, node({}))
+    result = plan({"nvidia.com/b": "2", "nvidia.com/a": "1"}, node({}), may_own=MAY_OWN)
     assert result.patch == {
         "metadata": {
             "resourceVersion": "7",
@@ -27,13 +28,14 @@ def test_first_sync_sets_labels_and_records_ownership() -> None:
 
 
 def test_nothing_to_do_gives_no_patch() -> None:
-    assert plan({"nvidia.com/a": "1"}, node({"nvidia.com/a": "1"}, "nvidia.com/a")).patch is None
-    assert plan({}, node({})).patch is None
+    same = node({"nvidia.com/a": "1"}, "nvidia.com/a")
+    assert plan({"nvidia.com/a": "1"}, same, may_own=MAY_OWN).patch is None
+    assert plan({}, node({}), may_own=MAY_OWN).patch is None
 
 
 def test_only_the_difference_is_sent() -> None:
     current = node({"nvidia.com/a": "1", "nvidia.com/b": "2"}, "nvidia.com/a,nvidia.com/b")
-    result = plan({"nvidia.com/a": "1", "nvidia.com/b": "3", "nvidia.com/c": "4"}, current)
+    result = plan({"nvidia.com/a": "1", "nvidia.com/b": "3", "nvidia.com/c": "4"}, current, may_own=MAY_OWN)
     assert result.patch is not None
     assert result.patch["metadata"]["labels"] == {"nvidia.com/b": "3", "nvidia.com/c": "4"}
     owned = "nvidia.com/a,nvidia.com/b,nvidia.com/c"
@@ -42,7 +44,7 @@ def test_only_the_difference_is_sent() -> None:
 
 def test_vanished_owned_labels_are_removed_and_others_never_touched() -> None:
     current = node({"nvidia.com/a": "1", "nvidia.com/b": "2"}, "nvidia.com/a,nvidia.com/b")
-    result = plan({"nvidia.com/a": "1"}, current)
+    result = plan({"nvidia.com/a": "1"}, current, may_own=MAY_OWN)
     assert result.patch is not None
     assert result.patch["metadata"]["labels"] == {"nvidia.com/b": None}
     assert result.removed == ["nvidia.com/b"]
@@ -50,15 +52,15 @@ def test_vanished_owned_labels_are_removed_and_others_never_touched() -> None:
 
 
 def test_removing_the_last_owned_label_drops_the_annotation() -> None:
-    result = plan({}, node({"nvidia.com/a": "1"}, "nvidia.com/a"))
+    result = plan({}, node({"nvidia.com/a": "1"}, "nvidia.com/a"), may_own=MAY_OWN)
     assert result.patch is not None
     assert result.patch["metadata"]["annotations"] == {OWNED_ANNOTATION: None}
 
 
 def test_grace_keeps_owned_labels_until_files_are_seen() -> None:
     current = node({"nvidia.com/a": "1"}, "nvidia.com/a")
-    assert plan({}, current, allow_removal=False).patch is None
-    result = plan({"nvidia.com/b": "2"}, current, allow_removal=False)
+    assert plan({}, current, allow_removal=False, may_own=MAY_OWN).patch is None
+    result = plan({"nvidia.com/b": "2"}, current, allow_removal=False, may_own=MAY_OWN)
     assert result.patch is not None
     assert result.patch["metadata"]["labels"] == {"nvidia.com/b": "2"}
     assert result.patch["metadata"]["annotations"] == {OWNED_ANNOTATION: "nvidia.com/a,nvidia.com/b"}
@@ -68,14 +70,14 @@ def test_drift_is_repaired_for_owned_labels() -> None:
     edited = node({"nvidia.com/a": "tampered"}, "nvidia.com/a")
     deleted = node({}, "nvidia.com/a")
     for current in (edited, deleted):
-        result = plan({"nvidia.com/a": "1"}, current)
+        result = plan({"nvidia.com/a": "1"}, current, may_own=MAY_OWN)
         assert result.patch is not None
         assert result.patch["metadata"]["labels"] == {"nvidia.com/a": "1"}
 
 
 def test_a_label_set_by_someone_else_is_a_conflict_left_alone() -> None:
     current = node({"nvidia.com/a": "theirs"})
-    result = plan({"nvidia.com/a": "ours", "nvidia.com/b": "1"}, current)
+    result = plan({"nvidia.com/a": "ours", "nvidia.com/b": "1"}, current, may_own=MAY_OWN)
     assert [(c.key, c.theirs, c.ours) for c in result.conflicts] == [("nvidia.com/a", "theirs", "ours")]
     assert result.patch is not None
     assert result.patch["metadata"]["labels"] == {"nvidia.com/b": "1"}
@@ -83,7 +85,7 @@ def test_a_label_set_by_someone_else_is_a_conflict_left_alone() -> None:
 
 
 def test_overwrite_takes_the_conflicting_label() -> None:
-    result = plan({"nvidia.com/a": "ours"}, node({"nvidia.com/a": "theirs"}), overwrite=True)
+    result = plan({"nvidia.com/a": "ours"}, node({"nvidia.com/a": "theirs"}), overwrite=True, may_own=MAY_OWN)
     assert result.conflicts == []
     assert result.patch is not None
     assert result.patch["metadata"]["labels"] == {"nvidia.com/a": "ours"}
@@ -93,7 +95,7 @@ def test_overwrite_takes_the_conflicting_label() -> None:
 def test_an_edited_annotation_cannot_make_it_delete_reserved_or_control_labels() -> None:
     listed = "nvidia.com/a,kubernetes.io/hostname,nvidia.com/mig.config,nvidia.com/gpu.deploy.driver"
     current = node({"nvidia.com/a": "1", "nvidia.com/mig.config": "all-1g.5gb"}, listed)
-    result = plan({}, current, may_own=Policy().may_own)
+    result = plan({}, current, may_own=MAY_OWN)
     assert result.patch is not None
     assert result.patch["metadata"]["labels"] == {"nvidia.com/a": None}
     assert result.patch["metadata"]["annotations"] == {OWNED_ANNOTATION: None}  # the record claims nothing
@@ -113,7 +115,7 @@ def test_owned_labels_under_a_prefix_no_longer_allowed_are_removed_not_orphaned(
 
 def test_during_start_up_grace_owned_labels_stay_owned_but_control_labels_leave_the_record() -> None:
     current = node({"nvidia.com/a": "1"}, "nvidia.com/a,nvidia.com/mig.config")
-    result = plan({}, current, allow_removal=False, may_own=Policy().may_own)
+    result = plan({}, current, allow_removal=False, may_own=MAY_OWN)
     assert result.patch is not None
     assert result.patch["metadata"]["labels"] == {}
     assert result.patch["metadata"]["annotations"] == {OWNED_ANNOTATION: "nvidia.com/a"}
@@ -122,5 +124,5 @@ def test_during_start_up_grace_owned_labels_stay_owned_but_control_labels_leave_
 def test_prune_removes_owned_labels_and_the_record_only() -> None:
     current = node({"nvidia.com/a": "1"}, "nvidia.com/a,nvidia.com/gone,kubernetes.io/hostname")
     meta = {"resourceVersion": "7", "labels": {"nvidia.com/a": None}, "annotations": {OWNED_ANNOTATION: None}}
-    assert prune_patch(current, Policy().may_own) == {"metadata": meta}
-    assert prune_patch(node({"nvidia.com/a": "1"})) is None
+    assert prune_patch(current, MAY_OWN) == {"metadata": meta}
+    assert prune_patch(node({"nvidia.com/a": "1"}), MAY_OWN) is None
