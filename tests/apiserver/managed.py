@@ -40,8 +40,18 @@ def _entries(obj: dict[str, Any]) -> list[tuple[str, str, Owned]]:
     return [(e["manager"], e["operation"], _owned(e)) for e in obj["metadata"].get("managedFields") or []]
 
 
-def _store(obj: dict[str, Any], entries: list[tuple[str, str, Owned]]) -> None:
-    kept = [_entry(m, op, owned) for m, op, owned in entries if any(owned.values())]
+def _store(obj: dict[str, Any], entries: list[tuple[str, str, Owned]], manager: str) -> None:
+    """Only the writing manager's entry gets a new time; the others keep theirs, as on the real server
+    (an admission policy comparing other managers' entries must see them unchanged)."""
+    previous = obj["metadata"].get("managedFields") or []
+    times = {(e["manager"], e["operation"]): e.get("time") for e in previous}
+    kept = []
+    for m, op, owned in entries:
+        if any(owned.values()):
+            entry = _entry(m, op, owned)
+            if m != manager and times.get((m, op)):
+                entry["time"] = times[(m, op)]
+            kept.append(entry)
     if kept:
         obj["metadata"]["managedFields"] = kept
     else:
@@ -75,7 +85,7 @@ def record_update(old: dict[str, Any], new: dict[str, Any], manager: str) -> Non
     else:
         for field in TRACKED:
             mine[2][field] |= gained[field]
-    _store(new, entries)
+    _store(new, entries, manager)
 
 
 def apply(current: dict[str, Any], applied: Any, manager: str, force: bool) -> dict[str, Any]:
@@ -126,7 +136,7 @@ def apply(current: dict[str, Any], applied: Any, manager: str, force: bool) -> d
             owned[field] &= set(values)
     kept = [(m, op, o) for m, op, o in entries if not (m == manager and op == "Apply")]
     kept.append((manager, "Apply", {f: set(intent[f]) for f in TRACKED}))
-    _store(new, kept)
+    _store(new, kept, manager)
     return new
 
 
