@@ -17,7 +17,6 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
 if TYPE_CHECKING:
     import logging
     from collections.abc import Sequence
-    from datetime import timedelta
 
 
 def _interrupted(signum: int, _frame: object) -> None:
@@ -48,12 +47,6 @@ def _setup_logging(level: int) -> logging.Handler:
     root.setLevel(level)
     root.propagate = False
     return handler
-
-
-def _go(delta: timedelta) -> str:
-    import durationpy
-
-    return str(durationpy.to_str(delta))
 
 
 def _main(args: list[str]) -> int:
@@ -99,13 +92,20 @@ def _main(args: list[str]) -> int:
             return 2
 
     from gfd.daemon import Daemon
+    from gfd.durations import format_go_duration
     from gfd.metrics import start_metrics
 
     interval, expiry = settings.sleep_interval, settings.expiry
     if interval is not None and expiry is not None and expiry < interval * 2:
-        log.warning("--expiry %s is under two sleep intervals: labels may lapse between passes", _go(expiry))
+        log.warning(
+            "--expiry %s is under two sleep intervals: labels may lapse between passes",
+            format_go_duration(expiry),
+        )
     if interval is None and expiry is not None and not settings.oneshot:
-        log.warning("--expiry with an infinite sleep interval: labels lapse after %s unrenewed", _go(expiry))
+        log.warning(
+            "--expiry with an infinite sleep interval: labels lapse after %s unrenewed",
+            format_go_duration(expiry),
+        )
     try:
         metrics = start_metrics(settings.metrics_address)
     except OSError as err:
@@ -117,8 +117,8 @@ def _main(args: list[str]) -> int:
         "starting: backend %s, output %s, sleep interval %s, expiry %s, MIG strategy %s",
         settings.backend,
         settings.output_file or "stdout",
-        _go(interval) if interval is not None else "infinite",
-        _go(expiry) if expiry is not None else "none",
+        format_go_duration(interval) if interval is not None else "infinite",
+        format_go_duration(expiry) if expiry is not None else "none",
         settings.mig_strategy,
     )
     daemon = Daemon(settings, metrics=metrics, reload_fn=lambda: load_settings(args, os.environ))

@@ -73,18 +73,18 @@ def parse_bool(text: str) -> bool:
     raise ValueError(f"expected true or false, got {text!r}")
 
 
-def parse_duration(text: str, *, allow_infinite: bool = True) -> timedelta | None:
+def parse_duration(text: str) -> timedelta | None:
     """A Go-style duration such as ``60s``, ``1m30s``; ``infinite`` gives None."""
-    import durationpy  # small, but only needed when a duration is given
+    from gfd.durations import parse_go_duration  # durationpy: small, but only needed for a duration
 
     value = text.strip()
-    if allow_infinite and value.lower() == "infinite":
+    if value.lower() == "infinite":
         return None
     try:
-        delta: timedelta = durationpy.from_str(value)
-    except durationpy.DurationError:
-        hint = " or 'infinite'" if allow_infinite else ""
-        raise ValueError(f"expected a duration such as 60s, 5m or 1h30m{hint}, got {text!r}") from None
+        delta = parse_go_duration(value)
+    except ValueError:
+        expected = "a duration such as 60s, 5m or 1h30m or 'infinite'"
+        raise ValueError(f"expected {expected}, got {text!r}") from None
     if delta <= timedelta(0):
         raise ValueError(f"must be more than zero, got {text!r}")
     return delta

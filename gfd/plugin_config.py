@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-import durationpy
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -29,6 +28,7 @@ from pydantic import (
 )
 
 from gfd.choices import DiscoveryStrategy, MigStrategy
+from gfd.durations import parse_go_duration
 from gfd.machine_profile import MACHINE_PROFILE_FIELDS
 from gfd.sharing_config import SHARED_RENAME_SUFFIX, ReplicatedResource, ReplicatedResources, SharingConfig
 from gfd.yamlfile import load_model
@@ -40,7 +40,6 @@ log = logging.getLogger("gfd.plugin_config")
 
 RESOURCE_PREFIX = "nvidia.com"
 MAX_RESOURCE_NAME = 63
-_BEYOND_GO_UNITS = ("d", "w", "mm", "y")
 
 
 def _is_uuid(text: str) -> bool:
@@ -204,17 +203,14 @@ def _flags(path: Path, flags: _Flags | None) -> PluginFlags:
     )
 
 
-def parse_go_duration(text: str) -> float:
+def interval_seconds(text: str) -> float:
     """Seconds in a Go duration such as ``60s``, ``1m30s``, ``1.5h`` or ``500ms``; ``infinite`` is inf."""
     text = text.strip()
     if text == "infinite":
         return math.inf
     try:
-        # durationpy also reads days, weeks, months and years, which Go (and so NVIDIA) refuses.
-        if any(unit in text for unit in _BEYOND_GO_UNITS):
-            raise durationpy.DurationError(text)
-        return float(durationpy.from_str(text).total_seconds())
-    except durationpy.DurationError:
+        return parse_go_duration(text).total_seconds()
+    except ValueError:
         raise ValueError(
             f"invalid duration {text!r}: expected a Go duration such as '60s', '1m' or '1h30m'"
         ) from None
@@ -223,7 +219,7 @@ def parse_go_duration(text: str) -> float:
 def _duration(path: Path, where: str, raw: int | float | str) -> float:
     try:
         # A bare number is nanoseconds, as Go's time.Duration reads it from JSON/YAML.
-        seconds = raw / 1e9 if isinstance(raw, int | float) else parse_go_duration(raw)
+        seconds = raw / 1e9 if isinstance(raw, int | float) else interval_seconds(raw)
     except ValueError as err:
         raise PluginConfigError(f"{path}: field {where}: {err}") from None
     if seconds <= 0:

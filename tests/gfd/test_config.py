@@ -158,6 +158,7 @@ def test_timestamp_label_only_when_asked_for_and_no_timestamp_wins() -> None:
         (["--sleep-interval", "soon"], {}, "--sleep-interval"),
         (["--sleep-interval", "0s"], {}, "--sleep-interval"),
         (["--sleep-interval", "-5s"], {}, "--sleep-interval"),
+        (["--expiry", "1d"], {}, "--expiry"),  # Go has no day unit
         ([], {"GFD_SLEEP_INTERVAL": "5"}, "$GFD_SLEEP_INTERVAL"),
         (["--mig-strategy", "both"], {}, "--mig-strategy"),
         ([], {"GFD_ONESHOT": "maybe"}, "$GFD_ONESHOT"),

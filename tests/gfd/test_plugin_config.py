@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gfd.plugin_config import PluginConfigError, load_plugin_config, parse_go_duration
+from gfd.plugin_config import PluginConfigError, interval_seconds, load_plugin_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -215,14 +215,14 @@ def test_custom_rename_is_ignored_like_nvidia(tmp_path: Path, caplog: pytest.Log
     ],
 )
 def test_go_durations(text: str, seconds: float) -> None:
-    assert parse_go_duration(text) == seconds
+    assert interval_seconds(text) == seconds
 
 
 @pytest.mark.parametrize("text", ["5", "soon", "1d", "2w", "1mm", "1y", "5s ago", ""])
 def test_text_that_is_no_go_duration_is_refused(text: str) -> None:
     # As Go's time.ParseDuration: a number written as text needs its unit.
     with pytest.raises(ValueError, match="expected a Go duration"):
-        parse_go_duration(text)
+        interval_seconds(text)
 
 
 def test_bare_number_sleep_interval_is_nanoseconds(tmp_path: Path) -> None:
