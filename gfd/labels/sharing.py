@@ -2,7 +2,8 @@
 
 ``config`` is ``None`` where NVIDIA disables sharing for a resource (a full
 GPU that has MIG enabled): its replicas are then 0. Without a config file the
-labelers pass an empty ``SharingConfig``: replicas 1, strategy ``none``.
+labelers go by an empty ``SharingConfig`` (``LabelOptions.sharing_or_default``):
+replicas 1, strategy ``none``.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import logging
 
 from gfd.inventory import Inventory
-from gfd.labels.common import LabelOptions, Labels, mig_on
+from gfd.labels.common import LabelOptions, Labels, flag, mig_on
 from gfd.sharing_config import SharingConfig, SharingStrategy
 
 log = logging.getLogger("gfd.labels")
@@ -51,4 +52,4 @@ def mps_labels(inv: Inventory, opts: LabelOptions) -> Labels:
     if mps and any(mig_on(d) for d in inv.devices):
         log.warning("MPS sharing is not supported on GPUs with MIG enabled; labelling mps.capable=false")
         return {"nvidia.com/mps.capable": "false"}
-    return {"nvidia.com/mps.capable": "true" if mps else "false"}
+    return {"nvidia.com/mps.capable": flag(mps)}

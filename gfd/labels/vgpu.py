@@ -8,7 +8,7 @@ version and branch need the PCI config space (``--with-vgpu``, a privileged cont
 from __future__ import annotations
 
 from gfd.inventory import Inventory
-from gfd.labels.common import LabelOptions, Labels
+from gfd.labels.common import LabelOptions, Labels, flag
 
 
 def vgpu_labels(inv: Inventory, opts: LabelOptions) -> Labels:
@@ -27,4 +27,4 @@ def vgpu_labels(inv: Inventory, opts: LabelOptions) -> Labels:
     guests = [d.vgpu_guest for d in inv.devices]
     if not guests or None in guests:
         return {}  # the mode is unknown for some GPU: saying "false" could be wrong
-    return {"nvidia.com/vgpu.present": str(any(guests)).lower()}
+    return {"nvidia.com/vgpu.present": flag(any(guests))}
