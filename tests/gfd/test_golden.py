@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
+from gfd.choices import MigStrategy
 from gfd.labels import LabelOptions, build_labels
 from gfd.machine_profile import load_machine_profile
 from gfd.plugin_config import load_plugin_config
@@ -22,7 +24,7 @@ from gfd.plugin_config import load_plugin_config
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = ROOT / "profiles"
 GOLDEN = Path(__file__).parent / "golden"
-STRATEGIES = ("none", "single", "mixed")
+STRATEGIES = get_args(MigStrategy)
 
 # (profile, MIG strategy, sharing example under profiles/sharing/)
 SHARING_CASES = [

@@ -6,10 +6,12 @@ import random
 import string
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import get_args
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gfd.choices import MigStrategy
 from gfd.inventory import Device, Inventory, JetsonFacts, MigDevice, VGpuInfo
 from gfd.labels import LabelOptions, build_labels, collect_labels
 from gfd.sharing_config import ReplicatedResource, ReplicatedResources, SharingConfig
@@ -66,7 +68,7 @@ resources = st.builds(
 replicated = st.builds(ReplicatedResources, st.lists(resources, max_size=3).map(tuple), st.booleans())
 options = st.builds(
     LabelOptions,
-    mig_strategy=st.sampled_from(["none", "single", "mixed"]),
+    mig_strategy=st.sampled_from(get_args(MigStrategy)),
     sharing=st.none() | st.builds(SharingConfig, st.none() | replicated, st.none() | replicated),
     timestamp=st.none()
     | st.datetimes(min_value=datetime(1971, 1, 1), max_value=datetime(2200, 1, 1), timezones=st.just(UTC)),
