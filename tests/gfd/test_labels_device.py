@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from typing import get_args
+
 import pytest
 
+from gfd.choices import MigStrategy
 from gfd.inventory import Device, Inventory
 from gfd.labels import LabelOptions, build_labels
 from gfd.labels.device import family
+from gfd.sharing_config import ReplicatedResource, ReplicatedResources, SharingConfig
 
 
 def gpu(index: int, name: str = "Tesla T4", **kwargs: object) -> Device:
@@ -106,3 +111,16 @@ def test_gpu_mode_from_pci_class(classes: tuple[int | None, ...], mode: str) -> 
 def test_no_devices_gives_no_device_labels() -> None:
     # NVIDIA's device labeler writes nothing for a node without GPUs, not even gpu.machine.
     assert labels() == {}
+
+
+def test_a_node_without_gpus_gets_only_what_needs_no_gpu() -> None:
+    # Driver, CUDA, machine type, MPS sharing and every MIG strategy known, yet no GPU: no device labels.
+    mps = SharingConfig(mps=ReplicatedResources(resources=(ReplicatedResource("nvidia.com/gpu", 2),)))
+    when = datetime(2026, 1, 2, tzinfo=UTC)
+    inv = Inventory(backend="mock", driver_version="550.54.15", cuda_driver_version=12040, machine="DGX")
+    for strategy in get_args(MigStrategy):
+        opts = LabelOptions(mig_strategy=strategy, sharing=mps, timestamp=when, with_vgpu=True)
+        assert build_labels(inv, opts) == {
+            "nvidia.com/gpu.simulated": "true",
+            "nvidia.com/gfd.timestamp": str(int(when.timestamp())),
+        }
