@@ -1,10 +1,12 @@
 """The NVIDIA device-plugin config file (``--config-file``), as NVIDIA GFD reads it.
 
 Only what gfd uses is read: ``version``, ``flags.migStrategy``,
-``flags.failOnInitError``, ``flags.gfd.*`` and ``sharing.timeSlicing`` /
-``sharing.mps``. Everything else a shared device-plugin config may hold
-(``flags.plugin``, ``resources``, ``imex``, ...) is ignored, as NVIDIA GFD
-ignores it. Mistakes raise ``PluginConfigError``: one line, file and field path.
+``flags.failOnInitError``, ``flags.useNodeFeatureAPI``,
+``flags.deviceDiscoveryStrategy``, ``flags.plugin.containerDriverRoot``,
+``flags.gfd.*`` and ``sharing.timeSlicing`` / ``sharing.mps``. Everything else a
+shared device-plugin config may hold (the rest of ``flags.plugin``,
+``resources``, ``imex``, ...) is ignored, as NVIDIA GFD ignores it. Mistakes
+raise ``PluginConfigError``: one line, file and field path.
 """
 
 from __future__ import annotations
