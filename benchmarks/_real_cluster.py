@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import ssl
 import subprocess
@@ -205,12 +206,16 @@ class Cluster:
             raise
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
         self.watch.close()
         for writer in self.lite:
             writer.stop()
         self.nfd.stop()
         self.kube.stop()
+        if kind is None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+        else:  # the logs of every process and the audit log, for a look at what went wrong
+            print(f"logs kept in {self.tmp}", file=sys.stderr)
 
     def node(self, name: str) -> str:
         self.kube.create_node(name)
