@@ -220,7 +220,7 @@ def _run(args: argparse.Namespace, policy: Policy, dirs: list[Path]) -> int:
     from nfd_lite.client import AccessDenied, ApiError, explain
     from nfd_lite.prune import prune
     from nfd_lite.selfcheck import PolicyNotEnforced
-    from nfd_lite.service import Service
+    from nfd_lite.service import Service, StartupError
 
     if args.overwrite and args.command == "run" and not args.allow_without_admission_policy:
         raise UsageError(
@@ -254,11 +254,8 @@ def _run(args: argparse.Namespace, policy: Policy, dirs: list[Path]) -> int:
         signal.signal(signal.SIGINT, _stop)
         try:
             service.run()
-        except OSError as err:  # e.g. the metrics port is taken: a configuration problem, not a crash
-            print(
-                f"nfd-lite: error: --metrics-address {args.metrics_address}: {err.strerror or err}",
-                file=sys.stderr,
-            )
+        except StartupError as err:
+            print(f"nfd-lite: error: {err}", file=sys.stderr)
             return 2
         return 0
     except ApiError as err:

@@ -27,6 +27,10 @@ from nfd_lite.watcher import DirWatcher
 log = logging.getLogger(__name__)
 
 
+class StartupError(Exception):
+    """The writer cannot start here (a port, inotify): a configuration problem, said in one line."""
+
+
 class Service:
     def __init__(self, settings: WriterSettings, api: NodeApi, metrics: WriterMetrics | None = None) -> None:
         self.settings = settings
@@ -73,14 +77,25 @@ class Service:
         """Run until ``stop()``. Labels are left as they are on exit."""
         s = self.settings
         watcher = DirWatcher(s.directories, self.inbox.files_changed, poll=s.poll)
-        health = (
-            HealthServer(s.metrics_address, self.metrics, self.healthy, lambda: self.synced)
-            if s.metrics_address
-            else None
-        )
+        try:
+            health = (
+                HealthServer(s.metrics_address, self.metrics, self.healthy, lambda: self.synced)
+                if s.metrics_address
+                else None
+            )
+        except OSError as err:  # the port is taken or the address is not this host's
+            raise StartupError(f"--metrics-address {s.metrics_address}: {err.strerror or err}") from err
         if health:
             health.start()
-        watcher.start()
+        try:
+            watcher.start()
+        except OSError as err:  # e.g. the inotify instance limit of this user is reached
+            if health:
+                health.stop()
+            raise StartupError(
+                f"cannot watch the feature directories: {err.strerror or err} "
+                "(raise fs.inotify.max_user_instances, or run with --poll)"
+            ) from err
         self.scan.rescan()
         self.watch.start()
         loop = MainLoop(self.inbox, self.features, self.scan.rescan, self.sync, s.resync_interval, self._stop)

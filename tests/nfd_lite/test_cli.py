@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -442,6 +443,25 @@ def test_a_taken_metrics_port_is_one_line_and_exit_2(
         assert main([*argv, "--metrics-address", address]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith(f"nfd-lite: error: --metrics-address {address}")
+
+
+def test_running_out_of_inotify_instances_is_named_not_blamed_on_the_metrics_port(
+    setup: Setup, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a node with many writers under one user meets (fs.inotify.max_user_instances, 128 by default)."""
+    _, kubeconfig, features = setup
+
+    def exhausted(self: object) -> None:
+        raise OSError(errno.EMFILE, "inotify instance limit reached")
+
+    monkeypatch.setattr("nfd_lite.watcher.DirWatcher.start", exhausted)
+    argv = ["--kubeconfig", str(kubeconfig), "--node-name", NODE, "--features-dir", str(features), NO_POLICY]
+    assert main([*argv, "--metrics-address", ""]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (
+        "nfd-lite: error: cannot watch the feature directories: inotify instance limit reached "
+        "(raise fs.inotify.max_user_instances, or run with --poll)"
+    )
 
 
 def test_dry_run_into_a_pipe_closed_early_exits_quietly(tmp_path: Path) -> None:
