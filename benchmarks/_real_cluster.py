@@ -12,9 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import ssl
-import subprocess
 import sys
 import tempfile
 import threading
@@ -33,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 from tests.kube.controlplane import ControlPlane  # noqa: E402
 from tests.kube.fixtures import apply_rbac  # noqa: E402
 from tests.kube.nfd import NfdProcess, UpstreamNfd, as_kubelet_registers, sandbox_command  # noqa: E402
+from tests.kube.process import LoggedProcess  # noqa: E402
 
 LITE_USER = "system:serviceaccount:gpu-labeller:nfd-lite"
 WORKER_USER = "system:serviceaccount:node-feature-discovery:nfd-worker"
@@ -135,7 +134,7 @@ class NodeWatch:
         self._stop = True
 
 
-class LiteWriter:
+class LiteWriter(LoggedProcess):
     """nfd-lite as its pod runs it, for one Node, as user ``uid``: prepared (token issued) first,
     ``start()`` later."""
 
@@ -144,31 +143,10 @@ class LiteWriter:
         sa_dir, env = kube.in_cluster(workdir / "serviceaccount", kube.pod_token(node))
         argv = [sys.executable, "-m", "nfd_lite", "--node-name", node, "--features-dir", str(features),
                 "--metrics-address", "", "--log-level", "warning"]  # fmt: skip
-        self.command = sandbox_command(sa_dir, argv, uid=uid)
-        self.env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
-        self.log = workdir / "nfd-lite.log"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> LiteWriter:
-        with open(self.log, "ab") as out:
-            self.process = subprocess.Popen(
-                self.command, env=self.env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
-        return self
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None, "not started"
-        return self.process.pid
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        command = sandbox_command(sa_dir, argv, uid=uid)
+        super().__init__(
+            "nfd-lite", command, {**os.environ, **env, "PYTHONUNBUFFERED": "1"}, workdir / "nfd-lite.log"
+        )
 
 
 def peak_rss_mib(pid: int) -> float:

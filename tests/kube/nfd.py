@@ -14,7 +14,6 @@ import base64
 import json
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 from types import TracebackType
 
 from tests.kube.controlplane import ROOT, ControlPlane, ControlPlaneError, free_port
+from tests.kube.process import LoggedProcess
 
 MODULE = "sigs.k8s.io/node-feature-discovery"
 PEER = ROOT / "scripts" / "peers" / "nfd"
@@ -111,31 +111,12 @@ def sandbox_command(
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c", " && ".join(steps)]
 
 
-class NfdProcess:
-    """One running nfd-master or nfd-worker; ``stop()`` ends it (SIGTERM, then SIGKILL)."""
+class NfdProcess(LoggedProcess):
+    """One running nfd-master or nfd-worker, with the port of its /healthz."""
 
     def __init__(self, name: str, command: list[str], env: dict[str, str], log: Path, port: int) -> None:
-        self.name = name
-        self.command = command
-        self.env = env
-        self.log = log
+        super().__init__(name, command, env, log)
         self.port = port
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> NfdProcess:
-        with open(self.log, "ab") as out:
-            self.process = subprocess.Popen(
-                self.command, env=self.env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
-        return self
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None, f"{self.name} was not started"
-        return self.process.pid
-
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
 
     def healthy(self) -> bool:
         """Its /healthz answers, which both serve once their set-up is done (the master's caches synced)."""
@@ -152,18 +133,6 @@ class NfdProcess:
                 state = "exited" if not self.running() else f"not healthy in {timeout:.0f} s"
                 raise ControlPlaneError(f"{self.name} {state}:\n{self.output()[-3000:]}")
             time.sleep(0.1)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
 
 
 class UpstreamNfd:

@@ -6,12 +6,8 @@ from __future__ import annotations
 
 import os
 import shlex
-import signal
-import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -20,26 +16,14 @@ from nfd_lite.client import NodeApi, kubeconfig_configuration
 from nfd_lite.service import Service
 from nfd_lite.settings import WriterSettings
 from tests.kube.controlplane import ControlPlane
+from tests.kube.process import LoggedProcess
+from tests.waiting import eventually, write_atomic
+
+__all__ = ["PodWriter", "ThreadWriter", "eventually", "in_pod", "write_atomic"]
 
 WRITER_USER = "system:serviceaccount:gpu-labeller:nfd-lite"
 
 IN_CLUSTER_DIR = "/run/secrets/kubernetes.io/serviceaccount"
-
-
-def eventually(predicate: Callable[[], object], timeout: float = 20.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return bool(predicate())
-
-
-def write_atomic(directory: Path, name: str, text: str) -> None:
-    """What gfd does: a temp file renamed into place."""
-    temp = directory / f".{name}.tmp"
-    temp.write_text(text)
-    os.replace(temp, directory / name)
 
 
 def in_pod(
@@ -59,7 +43,7 @@ def in_pod(
     return command, {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
 
 
-class PodWriter:
+class PodWriter(LoggedProcess):
     """``with PodWriter(kube, tmp_path, node) as w:`` runs the writer until the block ends (SIGTERM)."""
 
     def __init__(
@@ -67,42 +51,21 @@ class PodWriter:
     ) -> None:
         self.dir = workdir / "features.d"
         self.dir.mkdir(exist_ok=True)
-        self.log = workdir / f"nfd-lite-{node}.log"
         args = ["--features-dir", str(self.dir), "--metrics-address", "", "--startup-grace", "0", *extra]
-        self.command, self.env = in_pod(kube, workdir, node, args, token)
-        self.process: subprocess.Popen[bytes] | None = None
+        command, env = in_pod(kube, workdir, node, args, token)
+        super().__init__("nfd-lite", command, env, workdir / f"nfd-lite-{node}.log")
 
     def __enter__(self) -> PodWriter:
         self.start()
         return self
 
-    def start(self) -> None:
-        with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(
-                self.command, env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
-
-    def stop(self) -> int:
-        assert self.process is not None
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
-
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self.stop()
+        self.stop(15)
 
     def write(self, text: str, name: str = "gfd") -> None:
         write_atomic(self.dir, name, text)
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
 
 
 class ThreadWriter:

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -16,25 +13,12 @@ from nfd_lite.reconciler import OWNED_ANNOTATION
 from nfd_lite.service import Service
 from nfd_lite.settings import WriterSettings
 from tests.apiserver.server import FakeApiServer
+from tests.waiting import eventually, write_atomic
+
+__all__ = ["NODE", "OTHER_NODE", "Writer", "eventually", "node_api", "ours", "owned", "write_atomic"]
 
 NODE = "gpu-1"
 OTHER_NODE = "gpu-2"
-
-
-def eventually(predicate: Callable[[], object], timeout: float = 15.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return bool(predicate())
-
-
-def write_atomic(directory: Path, name: str, text: str) -> None:
-    """What gfd does: write a temp file, then rename it into place."""
-    temp = directory / f".{name}.tmp"
-    temp.write_text(text)
-    os.replace(temp, directory / name)
 
 
 def owned(apiserver: FakeApiServer, node: str = NODE) -> str | None:
