@@ -294,9 +294,17 @@ class ControlPlane:
         token: str | None = None,
         content_type: str = "application/json",
     ) -> ApiResponse:
-        """One raw HTTPS request (admin unless ``token``); HTTP errors are returned, not raised."""
+        """One raw HTTPS request (admin unless ``token``); HTTP errors are returned, not raised.
+
+        The user agent names the server's default field manager: admin requests are "gpu-labeller-tests",
+        token requests "nfd-lite", as the writer's own patches are (the admission policy tells the writer's
+        managedFields entry from everyone else's by that name)."""
         data = None if body is None else json.dumps(body).encode()
-        headers = {"Authorization": f"Bearer {token or self.admin_token}", "Accept": "application/json"}
+        headers = {
+            "Authorization": f"Bearer {token or self.admin_token}",
+            "Accept": "application/json",
+            "User-Agent": "gpu-labeller-tests/0" if token is None else "nfd-lite/0",
+        }
         if data is not None:
             headers["Content-Type"] = content_type
         request = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)

@@ -6,6 +6,7 @@ here fails if the policy stops being what refuses the request.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -70,6 +71,17 @@ def test_own_labels_under_the_allowed_prefixes_are_admitted(kube: ControlPlane, 
     )
     assert answer.status == 200, answer.message
     assert kube.labels(node)["nvidia.com/gpu.count"] == "2"
+
+
+def test_a_write_a_second_after_an_administrators_edit_is_admitted(
+    kube: ControlPlane, own: tuple[str, str]
+) -> None:
+    """The administrator's managedFields entry keeps its time; only the writer's own entry changes."""
+    node, token = own
+    kube.patch_node(node, {"metadata": {"labels": {"team.example.com/owner": "infra"}}})
+    time.sleep(1.1)  # managedFields times have one-second resolution
+    answer = kube.patch_node(node, labels({"nvidia.com/gpu.count": "3"}, "nvidia.com/gpu.count"), token=token)
+    assert answer.status == 200, answer.message
 
 
 def test_another_node_is_refused(
