@@ -7,16 +7,14 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-import threading
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from nfd_lite.client import NodeApi, kubeconfig_configuration
-from nfd_lite.service import Service
-from nfd_lite.settings import WriterSettings
 from tests.kube.controlplane import ControlPlane
 from tests.kube.process import LoggedProcess
+from tests.service_thread import ServiceThread
 from tests.waiting import eventually, write_atomic
 
 __all__ = ["PodWriter", "ThreadWriter", "eventually", "in_pod", "write_atomic"]
@@ -68,7 +66,7 @@ class PodWriter(LoggedProcess):
         write_atomic(self.dir, name, text)
 
 
-class ThreadWriter:
+class ThreadWriter(ServiceThread):
     """The writer's Service in a thread of the test process, with a kubeconfig holding the pod-bound
     token, for tests that look inside it (metrics, sync passes) while it talks to the real server."""
 
@@ -78,39 +76,20 @@ class ThreadWriter:
         self.kube = kube
         self.node = node
         directory = settings.pop("directory", None)
-        self.dir: Path = directory or workdir / "features.d"
+        features: Path = directory or workdir / "features.d"
         if directory is None:
-            self.dir.mkdir(exist_ok=True)
+            features.mkdir(exist_ok=True)
         self.token = token or kube.pod_token(node)
         config = kubeconfig_configuration(kube.kubeconfig(workdir / f"kubeconfig-{node}", self.token))
-        self.api = NodeApi(config, node, request_timeout=5.0)
-        options: dict[str, Any] = {"max_backoff": 0.5, "slow_retry": 0.5, "startup_grace": 0.0} | settings
-        self.service = Service(WriterSettings(node, [self.dir], **options), self.api)
-        self.thread = threading.Thread(target=self.service.run, daemon=True)
-
-    def __enter__(self) -> ThreadWriter:
-        self.thread.start()
-        return self
+        super().__init__(NodeApi(config, node, request_timeout=5.0), node, features, **settings)
 
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self.service.stop()
-        self.thread.join(10)
-        self.api.close()
-        assert not self.thread.is_alive(), "writer did not stop"
-
-    def write(self, text: str, name: str = "gfd") -> None:
-        write_atomic(self.dir, name, text)
-
-    def settle(self) -> None:
-        """Wait until the writer has completed one more sync pass than now."""
-        before = self.service.syncs
-        assert eventually(lambda: self.service.syncs > before)
-
-    def metric(self, name: str, **labels: str) -> float:
-        value = self.service.metrics.registry.get_sample_value(name, labels or None)
-        return 0.0 if value is None else value
+        try:
+            super().__exit__(kind, exc, tb)
+        finally:
+            self.api.close()
 
     def requests(self) -> list[dict[str, Any]]:
         """This writer's requests as the server's audit log has them."""

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from nfd_lite.client import NodeApi, kubeconfig_configuration
 from nfd_lite.policy import DEFAULT_ALLOW_PREFIXES, Policy
 from nfd_lite.reconciler import OWNED_ANNOTATION
-from nfd_lite.service import Service
-from nfd_lite.settings import WriterSettings
 from tests.apiserver.server import FakeApiServer
+from tests.service_thread import ServiceThread
 from tests.waiting import eventually, write_atomic
 
 __all__ = ["NODE", "OTHER_NODE", "Writer", "eventually", "node_api", "ours", "owned", "write_atomic"]
@@ -37,7 +34,7 @@ def node_api(apiserver: FakeApiServer, tmp_path: Path, node: str = NODE, token: 
     return NodeApi(kubeconfig_configuration(kubeconfig), node, request_timeout=5.0)
 
 
-class Writer:
+class Writer(ServiceThread):
     """``with Writer(apiserver, tmp_path) as w:`` runs the writer until the block ends."""
 
     def __init__(
@@ -49,39 +46,14 @@ class Writer:
         directory: Path | None = None,
         **settings: Any,
     ) -> None:
-        self.dir = directory or tmp_path / "features.d"
+        features = directory or tmp_path / "features.d"
         if directory is None:
-            self.dir.mkdir(exist_ok=True)
+            features.mkdir(exist_ok=True)
         # These tests exercise the writer's mechanics with arbitrary nvidia.com/ keys, as --allow-key allows.
-        policy = Policy.from_prefixes(DEFAULT_ALLOW_PREFIXES, ["nvidia.com/*"])
-        defaults = {"max_backoff": 0.5, "slow_retry": 0.5, "startup_grace": 0.0, "policy": policy}
         # The fake server does not enforce the admission policy (tests/kube proves it on a real one), so
         # the writer's start-up check that it is enforced would refuse to run here.
-        defaults["require_admission_policy"] = False
-        options: dict[str, Any] = defaults | settings
-        api = api or node_api(apiserver, tmp_path)
-        self.service = Service(WriterSettings(NODE, [self.dir], **options), api)
-        self.thread = threading.Thread(target=self.service.run, daemon=True)
-
-    def __enter__(self) -> Writer:
-        self.thread.start()
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.service.stop()
-        self.thread.join(10)
-        assert not self.thread.is_alive(), "writer did not stop"
-
-    def write(self, text: str, name: str = "gfd") -> None:
-        write_atomic(self.dir, name, text)
-
-    def settle(self) -> None:
-        """Wait until the writer has completed one more sync pass than now (after an event)."""
-        before = self.service.syncs
-        assert eventually(lambda: self.service.syncs > before)
-
-    def metric(self, name: str, **labels: str) -> float:
-        value = self.service.metrics.registry.get_sample_value(name, labels or None)
-        return 0.0 if value is None else value
+        options: dict[str, Any] = {
+            "policy": Policy.from_prefixes(DEFAULT_ALLOW_PREFIXES, ["nvidia.com/*"]),
+            "require_admission_policy": False,
+        } | settings
+        super().__init__(api or node_api(apiserver, tmp_path), NODE, features, **options)

@@ -1,0 +1,50 @@
+"""The writer's Service in a thread of the test process, for tests that look inside it (metrics, sync
+passes) while it talks to an API server: the real one (tests/kube) or the fault-injecting one."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+from nfd_lite.client import NodeApi
+from nfd_lite.service import Service
+from nfd_lite.settings import WriterSettings
+from tests.waiting import eventually, write_atomic
+
+# Quick retries so fault tests end in seconds; the start-up grace would only delay removals.
+TEST_SETTINGS: dict[str, Any] = {"max_backoff": 0.5, "slow_retry": 0.5, "startup_grace": 0.0}
+
+
+class ServiceThread:
+    """``with ServiceThread(api, node, directory) as w:`` runs the writer until the block ends."""
+
+    def __init__(self, api: NodeApi, node: str, directory: Path, **settings: Any) -> None:
+        self.api = api
+        self.dir = directory
+        self.service = Service(WriterSettings(node, [directory], **(TEST_SETTINGS | settings)), api)
+        self.thread = threading.Thread(target=self.service.run, daemon=True)
+
+    def __enter__(self) -> Self:
+        self.thread.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.service.stop()
+        self.thread.join(10)
+        assert not self.thread.is_alive(), "writer did not stop"
+
+    def write(self, text: str, name: str = "gfd") -> None:
+        write_atomic(self.dir, name, text)
+
+    def settle(self) -> None:
+        """Wait until the writer has completed one more sync pass than now (after an event)."""
+        before = self.service.syncs
+        assert eventually(lambda: self.service.syncs > before)
+
+    def metric(self, name: str, **labels: str) -> float:
+        value = self.service.metrics.registry.get_sample_value(name, labels or None)
+        return 0.0 if value is None else value
