@@ -9,14 +9,12 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 
 from tests.kube.controlplane import ROOT, ControlPlane
 
 RBAC_DIR = ROOT / "rbac"
-POLICY_PATH = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/gpu-labeller-nfd-lite"
 
 
 def apply_rbac(kube: ControlPlane) -> None:
@@ -41,19 +39,6 @@ def apply_rbac(kube: ControlPlane) -> None:
             return
         time.sleep(0.25)
     raise AssertionError("the admission policy from rbac/ was not enforced within 60 s")
-
-
-def wait_for_type_check(kube: ControlPlane) -> dict[str, Any]:
-    """The admission policy's status once kube-controller-manager has type-checked its current generation."""
-    status: dict[str, Any] = {}
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        policy = kube.must("GET", POLICY_PATH)
-        status = policy.get("status") or {}
-        if status.get("observedGeneration") == policy["metadata"]["generation"]:
-            return status
-        time.sleep(0.5)
-    raise AssertionError(f"the policy was never type-checked: {status}")
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,8 @@ import pytest
 
 from nfd_lite.reconciler import OWNED_ANNOTATION
 from tests.kube.controlplane import OLDEST_BINARIES, ApiResponse, ControlPlane
-from tests.kube.fixtures import apply_rbac, wait_for_type_check
+from tests.kube.fixtures import apply_rbac
+from tests.kube.helm import type_check_warnings
 
 POLICY = "ValidatingAdmissionPolicy 'gpu-labeller-nfd-lite'"
 
@@ -38,8 +39,7 @@ def kube(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 
 
 def test_the_policy_type_checks_without_warnings(kube: ControlPlane) -> None:
-    status = wait_for_type_check(kube)
-    assert (status.get("typeChecking") or {}).get("expressionWarnings") in (None, [])
+    assert type_check_warnings(kube, "gpu-labeller-nfd-lite", timeout=60) == []
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import re
 from tests.kube.controlplane import ROOT, ControlPlane
 
 WRITER = "system:serviceaccount:gpu-labeller:nfd-lite"
-POLICY = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/gpu-labeller-nfd-lite"
 
 
 def _split_verbs(cell: str) -> set[str]:
