@@ -1,4 +1,9 @@
 """Shared pytest set-up: the real control plane (tests/kube) and the fault-injecting fake API server
 (tests/apiserver) register their fixtures here."""
 
-pytest_plugins = ["tests.apiserver.fixtures", "tests.kube.fixtures"]
+pytest_plugins = [
+    "tests.apiserver.fixtures",
+    "tests.kube.fixtures",
+    "tests.node.fixtures",
+    "tests.image_build",
+]

@@ -322,16 +322,20 @@ class ControlPlane:
         return response.json()
 
     def kubectl(
-        self, *args: str, token: str | None = None, check: bool = True
+        self, *args: str, token: str | None = None, check: bool = True, stdin: str | None = None
     ) -> subprocess.CompletedProcess[str]:
-        """Real kubectl against this server, as admin unless ``token``."""
+        """Real kubectl against this server, as admin unless ``token``; ``stdin`` for ``-f -``."""
         if not os.access(KUBECTL, os.X_OK):
             raise ControlPlaneError(f"{KUBECTL} is missing: run scripts/install-tools.sh")
         config = self.admin_kubeconfig
         if token is not None:
             config = self.kubeconfig(self.workdir / f"kubeconfig-{abs(hash(token))}", token)
         result = subprocess.run(
-            [str(KUBECTL), f"--kubeconfig={config}", *args], capture_output=True, text=True, timeout=120
+            [str(KUBECTL), f"--kubeconfig={config}", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            input=stdin,
         )
         if check and result.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)}: {result.returncode}\n{result.stderr}")
