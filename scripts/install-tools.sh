@@ -63,12 +63,37 @@ ln -sfn ../helm3/helm "$TOOLS/bin/helm"
 
 # The real control plane the Kubernetes tests run against (kube-apiserver, kube-controller-manager, etcd),
 # built from their pinned Go modules: the newest release the chart claims (1.37) and the oldest (1.30),
-# into .cache/peers/kubernetes{,-1.30} (about 8 and 4 minutes on 2 cores the first time).
+# into .cache/peers/kubernetes{,-1.30}. The 1.37 peer also builds the node (kubelet, kube-scheduler,
+# kube-proxy) for tests/node: about 6 and 4 minutes on 2 cores the first time.
 scripts/peers/build.sh kubernetes kubernetes-1.30
 # Upstream NFD (nfd-master, nfd-worker) for the compatibility test and the benchmarks beside nfd-lite.
 scripts/peers/build.sh nfd
-# NVIDIA's gpu-feature-discovery and the mock NVML library both it and gfd load: the label parity oracle.
+# NVIDIA's gpu-feature-discovery and the mock NVML library both it and gfd load: the label parity oracle;
+# NVIDIA's k8s-device-plugin (same module) runs over the same library on the real test node.
 scripts/peers/build.sh nvidia-mock-nvml nvidia-gfd
+
+# The real one-node cluster of tests/node: Debian 12's containerd 1.6, runc 1.1 and CNI plugins, iptables and
+# conntrack for kube-proxy, a static busybox for test pods. Root only (CI runs as root); elsewhere the node
+# tests skip. docs/real-node.md lists the pairings tested (kubelet 1.37 with containerd 1.6; a 1.38 kubelet
+# needs containerd 2.x).
+NODE_PACKAGES=(containerd runc containernetworking-plugins iptables conntrack busybox-static)
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  missing=()
+  for package in "${NODE_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'ok installed' || missing+=("$package")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "install-tools: apt-get install ${missing[*]} (the real test node)" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q >/dev/null
+    apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+  containerd_version=$(dpkg-query -W -f='${Version}' containerd)
+  case $containerd_version in
+    1.6.*) ;;
+    *) echo "install-tools: containerd $containerd_version is untested with kubelet 1.37 (tested: 1.6.x)" >&2 ;;
+  esac
+fi
 
 # checkov pins dozens of packages; its own venv keeps them away from the project's.
 CK=$ROOT/.venv-checkov

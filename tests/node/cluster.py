@@ -48,29 +48,35 @@ NODE_BINARIES = (
 )
 HOST_TOOLS = ("containerd", "ctr", "containerd-shim-runc-v2", "runc", "iptables", "nsenter", "unshare", "gcc")
 # What a node needs from the controllers: tokens for service accounts and the root CA in each namespace,
-# DaemonSets and their garbage, namespace deletion, and node-lifecycle (which lifts the not-ready taint).
+# DaemonSets and their garbage, namespace deletion, node-lifecycle (which lifts the not-ready taint), the
+# pods of a deleted Node (pod GC) and the admission policies' type check.
 CONTROLLERS = (
     "serviceaccount-controller,root-ca-certificate-publisher-controller,"
     "daemonset-controller,garbage-collector-controller,namespace-controller,replicaset-controller,"
-    "deployment-controller,node-lifecycle-controller,validatingadmissionpolicy-status-controller"
+    "deployment-controller,node-lifecycle-controller,pod-garbage-collector-controller,"
+    "validatingadmissionpolicy-status-controller"
 )
 API_PORT = 6443  # inside the node's own network namespace, so fixed ports collide with nothing
 ETCD_PORT = 2379
 
 
 def why_not_runnable() -> str | None:
-    """A one-line reason this machine cannot run the node, or None."""
+    """A one-line reason this machine cannot run a node at all (the node tests skip), or None."""
     if os.geteuid() != 0:
         return "the real node needs root (namespaces, mounts, cgroups); run the tests as root, as CI does"
-    missing = [name for name in NODE_BINARIES if not os.access(BINARIES / name, os.X_OK)]
-    if missing:
-        return f"{', '.join(missing)} not built: run scripts/install-tools.sh"
-    tools = [tool for tool in HOST_TOOLS if shutil.which(tool) is None]
-    if tools or not (CNI_PLUGINS / "bridge").exists():
-        return f"{', '.join(tools) or 'CNI plugins'} missing: run scripts/install-tools.sh as root"
     if not (CGROUPS / "pids").is_dir():
         return "no cgroup v1 pids hierarchy at /sys/fs/cgroup/pids (the test node runs the kubelet on v1)"
     return None
+
+
+def what_is_missing() -> str | None:
+    """What scripts/install-tools.sh should have installed and has not (the node tests fail), or None."""
+    built = [BINARIES / name for name in NODE_BINARIES] + [MOCK_NVML]
+    missing = [path.name for path in built if not path.exists()]
+    missing += [tool for tool in HOST_TOOLS if shutil.which(tool) is None]
+    if not (CNI_PLUGINS / "bridge").exists():
+        missing.append(f"CNI plugins in {CNI_PLUGINS}")
+    return f"{', '.join(missing)} missing: run scripts/install-tools.sh as root" if missing else None
 
 
 class NodeCluster(ControlPlane):

@@ -15,7 +15,7 @@ from types import FrameType
 import pytest
 
 from tests.node import images
-from tests.node.cluster import NodeCluster, why_not_runnable
+from tests.node.cluster import NodeCluster, what_is_missing, why_not_runnable
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -24,9 +24,10 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 @pytest.fixture(scope="session")
 def real_node() -> Iterator[NodeCluster]:
-    reason = why_not_runnable()
-    if reason:
+    if reason := why_not_runnable():
         pytest.skip(reason)
+    if missing := what_is_missing():
+        pytest.fail(missing, pytrace=False)
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         with NodeCluster() as cluster:
