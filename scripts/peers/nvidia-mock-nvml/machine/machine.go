@@ -11,6 +11,9 @@
 //	                   no instances; unset: MIG off
 //	MOCK_NVML_MIG_GPUS comma-separated GPU indices that get MIG (default: all)
 //	MOCK_NVML_NUM_DEVICES keep only the first N GPUs of the machine
+//	MOCK_NVML_VISIBLE_DEVICES the GPUs a container was given (UUIDs or indices, comma-separated; "all"),
+//	                   as the container toolkit exposes them; the others are not enumerated
+//	MOCK_NVML_EVENTS   a file of injected Xid events, one "<gpu index> <xid>" line each (bridge/events.go)
 //	MOCK_NVML_VIRTUALIZATION_MODE none (default: bare metal), passthrough, vgpu (a vGPU guest), host-vgpu
 //	MOCK_NVML_FABRIC   the NVLink fabric: "<clusterUUID>.<cliqueId>" for every GPU, or a comma-separated
 //	                   list, one per GPU (the last one repeats); unset: no fabric (Not Supported)
@@ -106,16 +109,44 @@ func FromLookup(getenv func(string) string) (*Machine, error) {
 	if err := m.setFabric(getenv("MOCK_NVML_FABRIC"), getenv("MOCK_NVML_FABRIC_STATE")); err != nil {
 		return nil, err
 	}
-	if getenv("MOCK_NVML_NUM_DEVICES") == "" {
-		return m, nil
+	if getenv("MOCK_NVML_NUM_DEVICES") != "" {
+		n, err := strconv.Atoi(getenv("MOCK_NVML_NUM_DEVICES"))
+		if err != nil || n < 0 || n > len(m.Devices) {
+			return nil, fmt.Errorf("MOCK_NVML_NUM_DEVICES=%q: not a number of GPUs up to %d", getenv("MOCK_NVML_NUM_DEVICES"), len(m.Devices))
+		}
+		m.Devices = m.Devices[:n]
+		m.Server.Devices = m.Server.Devices[:n]
 	}
-	n, err := strconv.Atoi(getenv("MOCK_NVML_NUM_DEVICES"))
-	if err != nil || n < 0 || n > len(m.Devices) {
-		return nil, fmt.Errorf("MOCK_NVML_NUM_DEVICES=%q: not a number of GPUs up to %d", getenv("MOCK_NVML_NUM_DEVICES"), len(m.Devices))
+	return m, m.keepVisible(getenv("MOCK_NVML_VISIBLE_DEVICES"))
+}
+
+// keepVisible keeps the GPUs a container was given ("all", or GPU UUIDs and indices, comma-separated, as
+// in NVIDIA_VISIBLE_DEVICES), numbered from 0 in that order, as NVML inside such a container sees them.
+func (m *Machine) keepVisible(visible string) error {
+	if visible == "" || visible == "all" {
+		return nil
 	}
-	m.Devices = m.Devices[:n]
-	m.Server.Devices = m.Server.Devices[:n]
-	return m, nil
+	var kept []*server.Device
+	for _, want := range strings.Split(visible, ",") {
+		want = strings.TrimSpace(want)
+		found := false
+		for i, d := range m.Devices {
+			if d.UUID == want || strconv.Itoa(i) == want {
+				kept, found = append(kept, d), true
+				break
+			}
+		}
+		if !found {
+			return fmt.Errorf("MOCK_NVML_VISIBLE_DEVICES=%q: no GPU %q on this machine", visible, want)
+		}
+	}
+	m.Devices = kept
+	m.Server.Devices = m.Server.Devices[:0]
+	for i, d := range kept {
+		d.Index = i
+		m.Server.Devices = append(m.Server.Devices, d)
+	}
+	return nil
 }
 
 // Build builds a machine with the given MIG layout.
