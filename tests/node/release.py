@@ -46,46 +46,56 @@ def prepare_gpu_node(cluster: NodeCluster, *, runtime_class: bool = True) -> Non
     cluster.kubectl("label", "node", cluster.node, f"{NFD_PCI_LABEL}=true", "--overwrite")
 
 
-def install(cluster: NodeCluster, tmp: Path, release: str, values: dict[str, Any]) -> None:
-    """Into NAMESPACE, which enforces Pod Security `restricted` (made here if it is not there yet)."""
-    if cluster.request("GET", f"/api/v1/namespaces/{NAMESPACE}").status == 404:
-        create_namespace(cluster, NAMESPACE, "restricted")
+def install(
+    cluster: NodeCluster,
+    tmp: Path,
+    release: str,
+    values: dict[str, Any],
+    *,
+    namespace: str = NAMESPACE,
+    pod_security: str = "restricted",
+) -> None:
+    """Into ``namespace``, which enforces ``pod_security`` (made here if it is not there yet)."""
+    if cluster.request("GET", f"/api/v1/namespaces/{namespace}").status == 404:
+        create_namespace(cluster, namespace, pod_security)
     done = helm(
-        HELM, cluster, tmp, "install", release, str(CHART), "-n", NAMESPACE,
+        HELM, cluster, tmp, "install", release, str(CHART), "-n", namespace,
         "--wait", "--timeout", HELM_TIMEOUT, values=values,
     )  # fmt: skip
-    assert done.returncode == 0, f"helm install {release}:\n{done.stderr}\n{pod_report(cluster, release)}"
+    assert done.returncode == 0, (
+        f"helm install {release}:\n{done.stderr}\n{pod_report(cluster, release, namespace)}"
+    )
 
 
-def upgrade(cluster: NodeCluster, tmp: Path, release: str, *sets: str) -> None:
+def upgrade(cluster: NodeCluster, tmp: Path, release: str, *sets: str, namespace: str = NAMESPACE) -> None:
     args = [arg for item in sets for arg in ("--set", item)]
     done = helm(
-        HELM, cluster, tmp, "upgrade", release, str(CHART), "-n", NAMESPACE, "--reuse-values", *args,
+        HELM, cluster, tmp, "upgrade", release, str(CHART), "-n", namespace, "--reuse-values", *args,
         "--wait", "--timeout", HELM_TIMEOUT,
     )  # fmt: skip
     assert done.returncode == 0, (
-        f"helm upgrade {release} {sets}:\n{done.stderr}\n{pod_report(cluster, release)}"
+        f"helm upgrade {release} {sets}:\n{done.stderr}\n{pod_report(cluster, release, namespace)}"
     )
 
 
-def uninstall_pruning(cluster: NodeCluster, tmp: Path, release: str) -> None:
+def uninstall_pruning(cluster: NodeCluster, tmp: Path, release: str, *, namespace: str = NAMESPACE) -> None:
     """The documented removal: prune the labels (pods replaced by ones that remove them), then uninstall."""
-    if helm(HELM, cluster, tmp, "status", release, "-n", NAMESPACE).returncode != 0:
+    if helm(HELM, cluster, tmp, "status", release, "-n", namespace).returncode != 0:
         return
-    upgrade(cluster, tmp, release, "pruneLabels=true")
+    upgrade(cluster, tmp, release, "pruneLabels=true", namespace=namespace)
     # As docs/deploy.md says: helm 3's --wait lets maxUnavailable (here the one) pod be unready.
-    cluster.kubectl("rollout", "status", f"daemonset/{release}", "-n", NAMESPACE, "--timeout=90s")
+    cluster.kubectl("rollout", "status", f"daemonset/{release}", "-n", namespace, "--timeout=90s")
     done = helm(
-        HELM, cluster, tmp, "uninstall", release, "-n", NAMESPACE, "--wait", "--timeout", HELM_TIMEOUT
+        HELM, cluster, tmp, "uninstall", release, "-n", namespace, "--wait", "--timeout", HELM_TIMEOUT
     )
     assert done.returncode == 0, done.stderr
-    wait_until(lambda: not release_pods(cluster, release), 60, f"pods of {release} gone")
+    wait_until(lambda: not release_pods(cluster, release, namespace), 60, f"pods of {release} gone")
 
 
-def release_pods(cluster: NodeCluster, release: str) -> list[dict[str, Any]]:
+def release_pods(cluster: NodeCluster, release: str, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
     """The DaemonSet's pods of ``release`` (not the `helm test` pod)."""
     selector = f"app.kubernetes.io/instance={release},app.kubernetes.io/name=gpu-labeller"
-    found = cluster.must("GET", f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector={selector}")
+    found = cluster.must("GET", f"/api/v1/namespaces/{namespace}/pods?labelSelector={selector}")
     return [
         p
         for p in found["items"]
@@ -93,15 +103,15 @@ def release_pods(cluster: NodeCluster, release: str) -> list[dict[str, Any]]:
     ]
 
 
-def the_pod(cluster: NodeCluster, release: str) -> dict[str, Any]:
+def the_pod(cluster: NodeCluster, release: str, namespace: str = NAMESPACE) -> dict[str, Any]:
     """The release's one pod, once it is Running with every container ready."""
     pods: list[dict[str, Any]] = []
 
     def ready() -> bool:
-        pods[:] = release_pods(cluster, release)
+        pods[:] = release_pods(cluster, release, namespace)
         return len(pods) == 1 and pod_ready(pods[0])
 
-    wait_until(ready, 90, f"one ready pod of {release}: {pod_report(cluster, release)}")
+    wait_until(ready, 90, f"one ready pod of {release}: {pod_report(cluster, release, namespace)}")
     return pods[0]
 
 
@@ -124,11 +134,11 @@ def restarts(pod: dict[str, Any], name: str) -> int:
     return int(next(s for s in pod["status"]["containerStatuses"] if s["name"] == name)["restartCount"])
 
 
-def pod_report(cluster: NodeCluster, release: str) -> str:
+def pod_report(cluster: NodeCluster, release: str, namespace: str = NAMESPACE) -> str:
     """The release's pods' statuses and events, for failure messages."""
     try:
-        pods = release_pods(cluster, release)
-        events = cluster.must("GET", f"/api/v1/namespaces/{NAMESPACE}/events")["items"]
+        pods = release_pods(cluster, release, namespace)
+        events = cluster.must("GET", f"/api/v1/namespaces/{namespace}/events")["items"]
     except AssertionError as err:
         return str(err)
     said = [f"{e['involvedObject'].get('name')}: {e.get('reason')}: {e.get('message')}" for e in events[-15:]]
