@@ -31,9 +31,9 @@ from tests.node.namespaces import NODE_IP, SERVICE_RANGE, Forwarder, Namespaces,
 from tests.node.pki import Authority, service_account_keys
 
 NODE_NAME = "gpu-labeller-node"
-WORKDIR = Path("/tmp/gpu-labeller-node")  # fixed, so that the next run finds what a killed one left
-LOCK = Path("/tmp/gpu-labeller-node.lock")
-CGROUP_ROOT = "gpu-labeller-node"  # the kubelet's cgroupRoot, in every cgroup v1 hierarchy
+# Fixed, so that the next run finds what a killed one left. Its name is also the kubelet's cgroupRoot (in
+# every cgroup v1 hierarchy) and, with .lock, the lock that keeps a second run from sharing the node.
+WORKDIR = Path("/tmp/gpu-labeller-node")
 CGROUPS = Path("/sys/fs/cgroup")
 MOCK_NVML = ROOT / ".cache" / "peers" / "nvidia-mock-nvml" / "libnvidia-ml.so.1"
 TOOLKIT_STANDIN = Path(__file__).with_name("nvidia-container-runtime-standin")
@@ -100,11 +100,12 @@ class NodeCluster(ControlPlane):
 
     def start(self) -> None:
         began = time.monotonic()
-        self._lock = open(LOCK, "w")  # noqa: SIM115 - held for the node's lifetime
+        lock = self.workdir.with_name(self.workdir.name + ".lock")
+        self._lock = open(lock, "w")  # noqa: SIM115 - held for the node's lifetime
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise ControlPlaneError(f"another test run holds the node ({LOCK})") from None
+            raise ControlPlaneError(f"another test run holds the node ({lock})") from None
         sweep(self.workdir)  # what a killed run left behind
         for directory in (
             "logs",
@@ -333,7 +334,7 @@ class NodeCluster(ControlPlane):
         (w / "kubelet" / "resolv.conf").write_text("nameserver 127.0.0.1\n")
         for hierarchy in CGROUPS.iterdir():
             if (hierarchy / "cgroup.procs").exists() and hierarchy.name != "unified":
-                (hierarchy / CGROUP_ROOT).mkdir(exist_ok=True)
+                (hierarchy / w.name).mkdir(exist_ok=True)
         (w / "kubelet" / "config.yaml").write_text(
             json.dumps(kubelet_config(w, p, self.node))  # JSON is YAML
         )
@@ -415,7 +416,7 @@ def kubelet_config(w: Path, p: Path, node: str) -> dict[str, Any]:
         "failCgroupV1": False,  # KEP-5573: kubelet 1.35+ refuses cgroup v1 unless told; v2 is not here
         "failSwapOn": False,
         "cgroupDriver": "cgroupfs",  # containerd 1.6 has no RuntimeConfig RPC; the kubelet falls back to this
-        "cgroupRoot": f"/{CGROUP_ROOT}",  # not the machine's /kubepods: ours alone, swept at the end
+        "cgroupRoot": f"/{w.name}",  # not the machine's /kubepods: ours alone, swept at the end
         "containerRuntimeEndpoint": f"unix://{w / 'containerd.sock'}",
         "address": NODE_IP,
         "readOnlyPort": 0,
@@ -512,7 +513,7 @@ def _pids() -> list[int]:
     return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
 
 
-def _members(namespaces: Namespaces) -> set[int]:
+def _members(namespaces: Namespaces, cgroup_root: str) -> set[int]:
     """Processes in the node's network or mount namespace (its daemons, shims and host-network pods), and
     in its cgroups (every container's processes)."""
     found: set[int] = set()
@@ -528,7 +529,7 @@ def _members(namespaces: Namespaces) -> set[int]:
                         found.add(pid)
                 except OSError:
                     pass
-    for procs in (CGROUPS / "pids" / CGROUP_ROOT).rglob("cgroup.procs"):
+    for procs in (CGROUPS / "pids" / cgroup_root).rglob("cgroup.procs"):
         with contextlib.suppress(OSError):
             found.update(int(line) for line in procs.read_text().split())
     return found
@@ -541,7 +542,7 @@ def sweep(workdir: Path) -> None:
     new node runs first, for a run that was killed before its teardown."""
     namespaces = Namespaces(workdir)
     deadline = time.monotonic() + 30
-    while (members := _members(namespaces)) and time.monotonic() < deadline:
+    while (members := _members(namespaces, workdir.name)) and time.monotonic() < deadline:
         for pid in members:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
@@ -551,7 +552,7 @@ def sweep(workdir: Path) -> None:
             os.waitpid(child, os.WNOHANG)
     namespaces.release()
     for hierarchy in CGROUPS.iterdir():
-        root = hierarchy / CGROUP_ROOT
+        root = hierarchy / workdir.name
         if root.is_dir():
             for directory in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
                 _rmdir(directory)

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.kube.controlplane import ROOT
 from tests.node.cluster import NodeCluster
 from tests.node.images import BUSYBOX_IMAGE
 from tests.node.workloads import apply, delete, pod, wait_phase
@@ -33,3 +40,39 @@ def test_a_pod_runs_and_gets_a_token_bound_to_its_node(real_node: NodeCluster) -
     node = real_node.get_node(real_node.node)
     assert claims["kubernetes.io"]["node"] == {"name": real_node.node, "uid": node["metadata"]["uid"]}
     delete(real_node, "default", "token-reader")
+
+
+def test_a_node_left_by_a_killed_run_is_swept_by_the_next(real_node: NodeCluster) -> None:
+    """A second node in a directory of its own (the session's keeps running): started by
+    `python -m tests.node`, killed with SIGKILL so that nothing of it is torn down, then swept by the
+    next node started there, which itself leaves nothing when stopped."""
+    workdir = real_node.workdir.with_name(real_node.workdir.name + "-killed")
+    started = subprocess.Popen(
+        [sys.executable, "-m", "tests.node", "--workdir", str(workdir)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    assert started.stdout is not None
+    first = started.stdout.readline()
+    assert " Ready in " in first, first + started.stdout.read()
+    started.kill()
+    started.wait()
+    left = leftovers(workdir)
+    assert left["processes"] and left["mounts"] and left["cgroups"] and left["files"], left
+
+    with NodeCluster(workdir) as again:
+        assert again.node_ready()
+    assert leftovers(workdir) == {"processes": [], "mounts": [], "cgroups": [], "files": False}
+
+
+def leftovers(workdir: Path) -> dict[str, Any]:
+    """What a node in ``workdir`` may leave: processes in its namespaces, mounts, cgroups, the directory."""
+    netns = workdir / "netns"
+    identity = netns.stat().st_ino if netns.exists() else None
+    processes = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            if identity is not None and os.stat(f"/proc/{pid}/ns/net").st_ino == identity:
+                processes.append(int(pid))
+    mounts = [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if str(workdir) in line]
+    cgroups = [str(p) for p in Path("/sys/fs/cgroup").glob(f"*/{workdir.name}")]
+    return {"processes": processes, "mounts": mounts, "cgroups": cgroups, "files": workdir.exists()}
