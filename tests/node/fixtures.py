@@ -47,9 +47,12 @@ def node_with_image(real_node: NodeCluster, project_image: subprocess.CompletedP
 
 
 @pytest.fixture(scope="session")
-def node_with_device_plugin_image(real_node: NodeCluster) -> NodeCluster:
+def gpu_node(node_with_image: NodeCluster) -> NodeCluster:
+    """The node with the project image and NVIDIA's device plugin image."""
     if not images.DEVICE_PLUGIN.exists():
-        pytest.fail(f"{images.DEVICE_PLUGIN} is missing: run scripts/install-tools.sh")
-    made = Path(real_node.workdir) / "images"
-    real_node.import_image(images.write_archive(images.device_plugin_image(), made / "device-plugin.tar"))
-    return real_node
+        pytest.fail(f"{images.DEVICE_PLUGIN} is missing: run scripts/install-tools.sh", pytrace=False)
+    made = Path(node_with_image.workdir) / "images"
+    node_with_image.import_image(
+        images.write_archive(images.device_plugin_image(), made / "device-plugin.tar")
+    )
+    return node_with_image

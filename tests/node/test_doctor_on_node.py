@@ -31,12 +31,8 @@ HOST = ROOT / "tests" / "fixtures" / "hosts" / "healthy-pci"
 
 
 @pytest.fixture(scope="module")
-def host(
-    node_with_image: NodeCluster,
-    node_with_device_plugin_image: NodeCluster,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Path]:
-    cluster = node_with_image
+def host(gpu_node: NodeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    cluster = gpu_node
     root = tmp_path_factory.mktemp("doctor") / "host"
     shutil.copytree(HOST, root, symlinks=True)
     shutil.copy(cluster.workdir / "containerd.toml", root / "etc" / "containerd" / "config.toml")
@@ -70,9 +66,9 @@ def doctor(cluster: NodeCluster, root: Path) -> tuple[int, dict[str, dict[str, A
 
 
 def test_a_node_with_nothing_above_the_toolkit_fails_on_each_missing_piece(
-    node_with_image: NodeCluster, host: Path
+    gpu_node: NodeCluster, host: Path
 ) -> None:
-    cluster = node_with_image
+    cluster = gpu_node
     cluster.kubectl("delete", "runtimeclass", "nvidia", "--ignore-not-found")
     code, found = doctor(cluster, host)
     assert code == 1
@@ -84,8 +80,8 @@ def test_a_node_with_nothing_above_the_toolkit_fails_on_each_missing_piece(
     assert "no RuntimeClass nvidia" in found["Kubernetes: runtimeclass"]["evidence"]
 
 
-def test_a_node_with_the_whole_stack_passes(node_with_image: NodeCluster, host: Path) -> None:
-    cluster = node_with_image
+def test_a_node_with_the_whole_stack_passes(gpu_node: NodeCluster, host: Path) -> None:
+    cluster = gpu_node
     prepare_gpu_node(cluster)
     install(cluster, host.parent, RELEASE, {"image": IMAGE})
     apply(cluster, device_plugin())
@@ -104,10 +100,8 @@ def test_a_node_with_the_whole_stack_passes(node_with_image: NodeCluster, host: 
     assert "(handler nvidia)" in found["Kubernetes: runtimeclass"]["evidence"]
 
 
-def test_a_node_whose_device_plugin_left_fails_on_allocatable_only(
-    node_with_image: NodeCluster, host: Path
-) -> None:
-    cluster = node_with_image
+def test_a_node_whose_device_plugin_left_fails_on_allocatable_only(gpu_node: NodeCluster, host: Path) -> None:
+    cluster = gpu_node
     delete(cluster, "kube-system", "nvidia-device-plugin", kind="daemonset")
     wait_until(lambda: allocatable_gpus(cluster) == 0, 90, "the kubelet withdraws the GPUs")
     code, found = doctor(cluster, host)

@@ -37,12 +37,8 @@ SEES_ITS_GPUS = (
 
 
 @pytest.fixture(scope="module")
-def stack(
-    node_with_image: NodeCluster,
-    node_with_device_plugin_image: NodeCluster,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[NodeCluster]:
-    cluster = node_with_image
+def stack(gpu_node: NodeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeCluster]:
+    cluster = gpu_node
     tmp = tmp_path_factory.mktemp("gpu-stack")
     cluster.set_toolkit({"MOCK_NVML_MACHINE": MACHINE})
     prepare_gpu_node(cluster)
