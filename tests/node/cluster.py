@@ -109,7 +109,6 @@ class NodeCluster(ControlPlane):
         sweep(self.workdir)  # what a killed run left behind
         for directory in (
             "logs",
-            "pids",
             "cni/net.d",
             "cni/ipam",
             "kubelet/manifests",
@@ -154,7 +153,6 @@ class NodeCluster(ControlPlane):
                 start_new_session=True,  # a Ctrl-C in the test run reaches pytest, not the node's daemons
                 env=env,
             )
-        (self.workdir / "pids" / f"{name}.pid").write_text(str(process.pid))
         self._spawned[name] = process
         self._processes.append(process)
         return process
