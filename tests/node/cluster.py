@@ -94,18 +94,14 @@ class NodeCluster(ControlPlane):
         self._spawned: dict[str, subprocess.Popen[bytes]] = {}
         self._forwarders: list[Forwarder] = []
         self._lock: IO[str] | None = None
+        self._lock_path = workdir.with_name(workdir.name + ".lock")
         self.started_in = 0.0
 
     # ---- lifecycle ----
 
     def start(self) -> None:
         began = time.monotonic()
-        lock = self.workdir.with_name(self.workdir.name + ".lock")
-        self._lock = open(lock, "w")  # noqa: SIM115 - held for the node's lifetime
-        try:
-            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ControlPlaneError(f"another test run holds the node ({lock})") from None
+        self._take_lock()
         sweep(self.workdir)  # what a killed run left behind
         for directory in (
             "logs",
@@ -137,8 +133,27 @@ class NodeCluster(ControlPlane):
         self._processes.clear()
         sweep(self.workdir)
         if self._lock is not None:
+            self._lock_path.unlink(missing_ok=True)  # still held: nobody can have taken it meanwhile
             self._lock.close()
             self._lock = None
+
+    def _take_lock(self) -> None:
+        """The node's lock file, beside its directory, held until stop (which removes it)."""
+        self._lock = open(self._lock_path, "a")  # noqa: SIM115 - held for the node's lifetime
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.close()
+            self._lock = None
+            raise ControlPlaneError(f"another test run holds the node ({self._lock_path})") from None
+        # A run that stopped between our open and our flock removed the file we locked: not a lock then.
+        if (
+            not self._lock_path.exists()
+            or os.stat(self._lock_path).st_ino != os.fstat(self._lock.fileno()).st_ino
+        ):
+            self._lock.close()
+            self._lock = None
+            self._take_lock()
 
     def _spawn(
         self, name: str, args: list[str], env: dict[str, str] | None = None

@@ -75,4 +75,5 @@ def leftovers(workdir: Path) -> dict[str, Any]:
                 processes.append(int(pid))
     mounts = [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if str(workdir) in line]
     cgroups = [str(p) for p in Path("/sys/fs/cgroup").glob(f"*/{workdir.name}")]
-    return {"processes": processes, "mounts": mounts, "cgroups": cgroups, "files": workdir.exists()}
+    files = workdir.exists() or workdir.with_name(workdir.name + ".lock").exists()
+    return {"processes": processes, "mounts": mounts, "cgroups": cgroups, "files": files}
