@@ -1,4 +1,5 @@
-"""Shared pytest set-up: the real control plane (tests/kube) and the fault-injecting fake API server
+"""Shared pytest set-up: the real control plane (tests/kube), the real one-node cluster (tests/node), the
+project image built once per session (tests/image_build.py) and the fault-injecting fake API server
 (tests/apiserver) register their fixtures here."""
 
 pytest_plugins = [
