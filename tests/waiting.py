@@ -9,13 +9,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def eventually(predicate: Callable[[], object], timeout: float = 20.0) -> bool:
-    """True as soon as ``predicate()`` is, polling every 10 ms; its last answer after ``timeout``."""
+def eventually(predicate: Callable[[], object], timeout: float = 20.0, interval: float = 0.01) -> bool:
+    """True as soon as ``predicate()`` is, polling every ``interval`` seconds; its last answer after
+    ``timeout``."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if predicate():
             return True
-        time.sleep(0.01)
+        time.sleep(interval)
     return bool(predicate())
 
 

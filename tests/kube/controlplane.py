@@ -54,6 +54,19 @@ def _tail(path: Path, lines: int = 30) -> str:
         return "(no log)"
 
 
+def kubeconfig_document(server: str, ca: Path, user: dict[str, str]) -> dict[str, Any]:
+    """A kubeconfig with one cluster (``server``, trusting ``ca``) and one user (a token, or a client
+    certificate and key); JSON of it is valid YAML."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "test", "cluster": {"server": server, "certificate-authority": str(ca)}}],
+        "users": [{"name": "user", "user": user}],
+        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "user"}}],
+        "current-context": "test",
+    }
+
+
 class ApiResponse:
     def __init__(self, status: int, body: bytes) -> None:
         self.status = status
@@ -84,6 +97,7 @@ class ControlPlane:
         self.ca = workdir / "apiserver.crt"
         self.admin_kubeconfig = workdir / "admin.kubeconfig"
         self.audit_log = workdir / "audit.log"
+        self.logs = workdir  # one NAME.log per daemon
 
     # ---- lifecycle ----
 
@@ -119,7 +133,7 @@ class ControlPlane:
         self._start_controller_manager()
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
-        log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - the process owns it until stop()
+        log = open(self.logs / f"{name}.log", "wb")  # noqa: SIM115 - the process owns it until stop()
         process = subprocess.Popen(
             [str(self.binaries / name), *args], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
         )
@@ -232,7 +246,7 @@ class ControlPlane:
         )
         time.sleep(0.5)
         if process.poll() is not None:
-            log = _tail(self.workdir / "kube-controller-manager.log")
+            log = _tail(self.logs / "kube-controller-manager.log")
             raise ControlPlaneError(f"kube-controller-manager exited with {process.returncode}:\n{log}")
 
     def _wait(self, process: subprocess.Popen[bytes], name: str, ready: Any, timeout: float = 30.0) -> None:
@@ -240,15 +254,13 @@ class ControlPlane:
         while time.monotonic() < deadline:
             if process.poll() is not None:
                 raise ControlPlaneError(
-                    f"{name} exited with {process.returncode}:\n{_tail(self.workdir / f'{name}.log')}"
+                    f"{name} exited with {process.returncode}:\n{_tail(self.logs / f'{name}.log')}"
                 )
             with contextlib.suppress(OSError):
                 if ready():
                     return
             time.sleep(0.2)
-        raise ControlPlaneError(
-            f"{name} not ready in {timeout:.0f} s:\n{_tail(self.workdir / f'{name}.log')}"
-        )
+        raise ControlPlaneError(f"{name} not ready in {timeout:.0f} s:\n{_tail(self.logs / f'{name}.log')}")
 
     def stop(self) -> None:
         for process in reversed(self._processes):
@@ -268,17 +280,7 @@ class ControlPlane:
         return f"https://127.0.0.1:{self.port}"
 
     def _write_kubeconfig(self, path: Path, token: str) -> Path:
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {"name": "test", "cluster": {"server": self.url, "certificate-authority": str(self.ca)}}
-            ],
-            "users": [{"name": "user", "user": {"token": token}}],
-            "contexts": [{"name": "test", "context": {"cluster": "test", "user": "user"}}],
-            "current-context": "test",
-        }
-        path.write_text(json.dumps(config))
+        path.write_text(json.dumps(kubeconfig_document(self.url, self.ca, {"token": token})))
         return path
 
     def kubeconfig(self, path: Path, token: str) -> Path:

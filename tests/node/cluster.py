@@ -25,7 +25,14 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from tests.kube.controlplane import BINARIES, ROOT, ControlPlane, ControlPlaneError, _tail
+from tests.kube.controlplane import (
+    BINARIES,
+    ISSUER,
+    ROOT,
+    ControlPlane,
+    ControlPlaneError,
+    kubeconfig_document,
+)
 from tests.node import images
 from tests.node.namespaces import NODE_IP, SERVICE_RANGE, Forwarder, Namespaces, is_mounted
 from tests.node.pki import Authority, service_account_keys
@@ -85,6 +92,7 @@ class NodeCluster(ControlPlane):
 
     def __init__(self, workdir: Path = WORKDIR) -> None:
         super().__init__(workdir)
+        self.logs = workdir / "logs"
         self.node = NODE_NAME
         self.namespaces = Namespaces(workdir)
         self.pki = workdir / "pki"
@@ -159,7 +167,7 @@ class NodeCluster(ControlPlane):
         self, name: str, args: list[str], env: dict[str, str] | None = None
     ) -> subprocess.Popen[bytes]:
         binary = str(BINARIES / name) if (BINARIES / name).exists() else name
-        with open(self.workdir / "logs" / f"{name}.log", "ab") as log:
+        with open(self.logs / f"{name}.log", "ab") as log:
             process = subprocess.Popen(
                 [*self.namespaces.enter, binary, *args],
                 stdout=log,
@@ -172,29 +180,14 @@ class NodeCluster(ControlPlane):
         self._processes.append(process)
         return process
 
-    def _until(self, name: str, ready: Any, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        process = self._spawned.get(name)
-        while time.monotonic() < deadline:
-            if process is not None and process.poll() is not None:
-                raise ControlPlaneError(f"{name} exited with {process.returncode}:\n{self.log_tail(name)}")
-            try:
-                if ready():
-                    return
-            except (OSError, AssertionError, ValueError):
-                pass
-            time.sleep(0.2)
-        raise ControlPlaneError(f"{name}: not ready in {timeout:.0f} s:\n{self.log_tail(name)}")
-
-    def log_tail(self, name: str, lines: int = 30) -> str:
-        return _tail(self.workdir / "logs" / f"{name}.log", lines)
-
     # ---- the parts ----
 
     def _certificates(self) -> None:
-        authority = Authority(self.pki)
-        service_ips = [f"IP:127.0.0.1,IP:{NODE_IP},IP:10.96.0.1,DNS:localhost,DNS:kubernetes"]
-        names = service_ips + [f"DNS:kubernetes.default.svc{suffix}" for suffix in ("", ".cluster.local")]
+        p = self.pki
+        authority = Authority(p)
+        # Every name the API server is reached by: loopback, the node IP, the `kubernetes` Service.
+        names = ["IP:127.0.0.1", f"IP:{NODE_IP}", "IP:10.96.0.1", "DNS:localhost", "DNS:kubernetes"]
+        names += ["DNS:kubernetes.default.svc", "DNS:kubernetes.default.svc.cluster.local"]
         authority.issue("apiserver", "/CN=kube-apiserver", usage="serverAuth", names=names)
         authority.issue(
             "apiserver-kubelet-client",
@@ -210,27 +203,9 @@ class NodeCluster(ControlPlane):
         (self.workdir / "tokens.csv").write_text(f'{self.admin_token},admin,admin-uid,"system:masters"\n')
         # Inside the namespace the components talk to the API server directly.
         inside = f"https://127.0.0.1:{API_PORT}"
-        for who, user in (
-            ("admin-inside", {"token": self.admin_token}),
-            (
-                "kubelet",
-                {
-                    "client-certificate": str(self.pki / "kubelet.crt"),
-                    "client-key": str(self.pki / "kubelet.key"),
-                },
-            ),
-        ):
-            config = {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [
-                    {"name": "node", "cluster": {"server": inside, "certificate-authority": str(self.ca)}}
-                ],
-                "users": [{"name": "user", "user": user}],
-                "contexts": [{"name": "node", "context": {"cluster": "node", "user": "user"}}],
-                "current-context": "node",
-            }
-            (self.pki / f"{who}.kubeconfig").write_text(json.dumps(config))
+        certificate = {"client-certificate": str(p / "kubelet.crt"), "client-key": str(p / "kubelet.key")}
+        for who, user in (("admin-inside", {"token": self.admin_token}), ("kubelet", certificate)):
+            (p / f"{who}.kubeconfig").write_text(json.dumps(kubeconfig_document(inside, self.ca, user)))
 
     def _start_etcd(self) -> None:
         client, peer = f"http://127.0.0.1:{ETCD_PORT}", "http://127.0.0.1:2380"
@@ -251,7 +226,7 @@ class NodeCluster(ControlPlane):
         forwarder = Forwarder(self.namespaces, ("127.0.0.1", ETCD_PORT))
         self._forwarders.append(forwarder)
         self.etcd_port = forwarder.port  # what compact() and the health check use, from the host
-        self._until("etcd", self._etcd_healthy, 30)
+        self._wait(self._spawned["etcd"], "etcd", self._etcd_healthy)
 
     def _start_apiserver(self, sa_key: Path, sa_pub: Path, tokens: Path) -> None:
         if not self.port:
@@ -275,7 +250,7 @@ class NodeCluster(ControlPlane):
                 f"--kubelet-client-key={p / 'apiserver-kubelet-client.key'}",
                 f"--kubelet-certificate-authority={self.ca}",
                 "--kubelet-preferred-address-types=InternalIP",
-                f"--service-account-issuer={self.issuer}",
+                f"--service-account-issuer={ISSUER}",
                 f"--service-account-key-file={sa_pub}",
                 f"--service-account-signing-key-file={sa_key}",
                 "--authorization-mode=Node,RBAC",
@@ -288,11 +263,7 @@ class NodeCluster(ControlPlane):
                 "--v=1",
             ],
         )
-        self._until("kube-apiserver", lambda: self.request("GET", "/readyz").status == 200, 90)
-
-    @property
-    def issuer(self) -> str:
-        return "https://kubernetes.default.svc.cluster.local"
+        self._wait(self.apiserver, "kube-apiserver", lambda: self.request("GET", "/readyz").status == 200, 90)
 
     def _start_controllers(self) -> None:
         inside = str(self.pki / "admin-inside.kubeconfig")
@@ -325,7 +296,7 @@ class NodeCluster(ControlPlane):
         (w / "cni" / "net.d" / "10-node.conflist").write_text(json.dumps(cni_config(w / "cni" / "ipam")))
         env = {**os.environ, "GPU_LABELLER_TOOLKIT_CONFIG": str(self.toolkit_config)}
         self._spawn("containerd", ["--config", str(w / "containerd.toml")], env=env)
-        self._until("containerd", lambda: self.ctr("version").returncode == 0, 30)
+        self._wait(self._spawned["containerd"], "containerd", lambda: self.ctr("version").returncode == 0)
 
     def ctr(self, *args: str) -> subprocess.CompletedProcess[str]:
         """containerd's own client, in the image namespace the CRI uses."""
@@ -363,7 +334,7 @@ class NodeCluster(ControlPlane):
                 "--v=1",
             ],
         )
-        self._until("kubelet", self.node_ready, 90)
+        self._wait(self._spawned["kubelet"], "kubelet", self.node_ready, 90)
 
     def _start_kube_proxy(self) -> None:
         self._spawn(
@@ -379,18 +350,19 @@ class NodeCluster(ControlPlane):
                 "--v=1",
             ],
         )
-        self._until("kube-proxy", lambda: not self.get_node(self.node)["spec"].get("taints"), 60)
-        self._until(
-            "kube-proxy",
-            lambda: self.request("GET", "/api/v1/namespaces/default/serviceaccounts/default").status == 200,
-            30,
-        )
-        self._until("kube-proxy", self.service_reachable, 30)
+        proxy = self._spawned["kube-proxy"]
+        self._wait(proxy, "kube-proxy", lambda: not self.get_node(self.node)["spec"].get("taints"), 60)
+        default_account = "/api/v1/namespaces/default/serviceaccounts/default"
+        self._wait(proxy, "kube-proxy", lambda: self.request("GET", default_account).status == 200)
+        self._wait(proxy, "kube-proxy", self.service_reachable)
 
     # ---- state ----
 
     def node_ready(self) -> bool:
-        conditions = self.get_node(self.node)["status"].get("conditions") or []
+        answer = self.request("GET", f"/api/v1/nodes/{self.node}")
+        if answer.status != 200:  # 404 until the kubelet has registered the Node
+            return False
+        conditions = answer.json()["status"].get("conditions") or []
         return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
     def service_reachable(self) -> bool:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from tests.kube.controlplane import ROOT
 from tests.kube.helm import create_namespace, helm
 from tests.node.cluster import NodeCluster
 from tests.node.workloads import apply
+from tests.waiting import eventually
 
 NAMESPACE = "gpu-labeller"
 IMAGE = {"repository": "localhost/gpu-labeller", "tag": "dev"}
@@ -164,9 +164,6 @@ def gfd_oneshot(*args: str) -> dict[str, str]:
 
 
 def wait_until(predicate: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"not within {timeout:.0f} s: {what}")
+    """``eventually``, polling every 0.5 s (each poll is API requests), failing with ``what``."""
+    if not eventually(predicate, timeout, interval=0.5):
+        raise AssertionError(f"not within {timeout:.0f} s: {what}")

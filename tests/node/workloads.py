@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 from tests.kube.controlplane import ControlPlane
+from tests.waiting import eventually
 
 
 def pod(name: str, image: str, command: list[str], namespace: str = "default", **spec: Any) -> dict[str, Any]:
@@ -49,16 +49,16 @@ def wait_phase(
     kube: ControlPlane, namespace: str, name: str, phase: str, timeout: float = 90.0
 ) -> dict[str, Any]:
     """The pod once it reached ``phase``; fails with its status and events if it did not."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def reached() -> bool:
         answer = kube.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
-        if answer.status == 200 and answer.json()["status"].get("phase") == phase:
-            found: dict[str, Any] = answer.json()
-            return found
-        time.sleep(0.3)
-    raise AssertionError(
-        f"pod {namespace}/{name} not {phase} in {timeout:.0f} s: {describe(kube, namespace, name)}"
-    )
+        return answer.status == 200 and answer.json()["status"].get("phase") == phase
+
+    if not eventually(reached, timeout, interval=0.3):
+        raise AssertionError(
+            f"pod {namespace}/{name} not {phase} in {timeout:.0f} s: {describe(kube, namespace, name)}"
+        )
+    return get_pod(kube, namespace, name)
 
 
 def describe(kube: ControlPlane, namespace: str, name: str) -> str:
