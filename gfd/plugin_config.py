@@ -1,42 +1,39 @@
 """The NVIDIA device-plugin config file (``--config-file``), as NVIDIA GFD reads it.
 
-Only what gfd uses is read: ``version``, ``flags.migStrategy``,
-``flags.failOnInitError``, ``flags.useNodeFeatureAPI``,
-``flags.deviceDiscoveryStrategy``, ``flags.plugin.containerDriverRoot``,
-``flags.gfd.*`` and ``sharing.timeSlicing`` / ``sharing.mps``. Everything else a
-shared device-plugin config may hold (the rest of ``flags.plugin``,
-``resources``, ``imex``, ...) is ignored, as NVIDIA GFD ignores it. Mistakes
-raise ``PluginConfigError``: one line, file and field path.
+Only what gfd uses is read: ``version``, the ``flags`` fields that ``gfd.settings`` declares (each
+setting's ``file``), and ``sharing.timeSlicing`` / ``sharing.mps``. Everything else a shared
+device-plugin config may hold (the rest of ``flags``, ``resources``, ``imex``, ...) is ignored, as
+NVIDIA GFD ignores it. Mistakes raise ``PluginConfigError``: one line, file and field path.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
     StrictBool,
-    StrictFloat,
     StrictInt,
     StrictStr,
     field_validator,
 )
 
-from gfd.choices import DiscoveryStrategy, MigStrategy
-from gfd.durations import parse_go_duration
+from gfd.durations import parse_interval
 from gfd.machine_profile import MACHINE_PROFILE_FIELDS
+from gfd.settings import FILE_FIELDS
 from gfd.sharing_config import SHARED_RENAME_SUFFIX, ReplicatedResource, ReplicatedResources, SharingConfig
 from gfd.yamlfile import load_model
 from k8slabels import prefix_problem
 
-__all__ = ["PluginConfig", "PluginConfigError", "PluginFlags", "load_plugin_config"]
+__all__ = ["PluginConfig", "PluginConfigError", "load_plugin_config"]
 
 log = logging.getLogger("gfd.plugin_config")
 
@@ -74,51 +71,14 @@ class PluginConfigError(ValueError):
 
 
 @dataclass(frozen=True)
-class PluginFlags:
-    """Flags set in the file; ``None`` means the file does not set it (the CLI decides precedence)."""
-
-    mig_strategy: MigStrategy | None = None
-    fail_on_init_error: bool | None = None
-    use_node_feature_api: bool | None = None
-    device_discovery_strategy: DiscoveryStrategy | None = None
-    container_driver_root: str | None = None
-    oneshot: bool | None = None
-    no_timestamp: bool | None = None
-    sleep_interval: float | None = None  # seconds; math.inf for "infinite"
-    output_file: str | None = None
-    machine_type_file: str | None = None
-
-
-@dataclass(frozen=True)
 class PluginConfig:
-    flags: PluginFlags
+    flags: Mapping[str, Any]  # Settings field -> value, for each declared file field the file sets
     sharing: SharingConfig | None  # None: the file has no sharing section
 
 
 class _Model(BaseModel):
     # Unknown keys are ignored: one file is shared with the device plugin, which has many more.
     model_config = ConfigDict(extra="ignore", frozen=True)
-
-
-class _GfdFlags(_Model):
-    oneshot: StrictBool | None = None
-    noTimestamp: StrictBool | None = None
-    sleepInterval: StrictInt | StrictFloat | str | None = None
-    outputFile: str | None = None
-    machineTypeFile: str | None = None
-
-
-class _PluginFlags(_Model):
-    containerDriverRoot: str | None = None
-
-
-class _Flags(_Model):
-    migStrategy: MigStrategy | None = None
-    failOnInitError: StrictBool | None = None
-    useNodeFeatureAPI: StrictBool | None = None
-    deviceDiscoveryStrategy: DiscoveryStrategy | None = None
-    plugin: _PluginFlags | None = None
-    gfd: _GfdFlags | None = None
 
 
 class _Resource(_Model):
@@ -162,7 +122,7 @@ class _Config(_Model):
     model_config = ConfigDict(extra="allow", frozen=True)
 
     version: str | None = "v1"  # empty or null means v1, as NVIDIA reads it
-    flags: _Flags | None = None
+    flags: dict[str, Any] | None = None  # read as gfd.settings declares its fields, by _flags
     sharing: _Sharing | None = None
 
 
@@ -184,57 +144,40 @@ def load_plugin_config(path: str | Path) -> PluginConfig:
     return PluginConfig(flags=_flags(path, model.flags), sharing=_sharing(path, model.sharing))
 
 
-def _flags(path: Path, flags: _Flags | None) -> PluginFlags:
-    if flags is None:
-        return PluginFlags()
-    gfd = flags.gfd or _GfdFlags()
-    interval = None
-    if gfd.sleepInterval is not None:
-        interval = _duration(path, "flags.gfd.sleepInterval", gfd.sleepInterval)
-    return PluginFlags(
-        mig_strategy=flags.migStrategy,
-        fail_on_init_error=flags.failOnInitError,
-        use_node_feature_api=flags.useNodeFeatureAPI,
-        device_discovery_strategy=flags.deviceDiscoveryStrategy,
-        container_driver_root=flags.plugin.containerDriverRoot if flags.plugin else None,
-        oneshot=gfd.oneshot,
-        no_timestamp=gfd.noTimestamp,
-        sleep_interval=interval,
-        output_file=gfd.outputFile,
-        machine_type_file=gfd.machineTypeFile,
-    )
+def _flags(path: Path, section: dict[str, Any] | None) -> dict[str, Any]:
+    """The settings the flags section sets: each declared file field there, read as its flag is."""
+    found: dict[str, Any] = {}
+    for where, flag in FILE_FIELDS.items():
+        raw = _field(path, {"flags": section}, where)
+        if raw is None or (isinstance(raw, str) and flag.empty_is_unset(raw)):
+            continue  # as an empty variable is
+        try:
+            found[flag.name] = value = flag.from_file(raw)
+        except ValueError as err:
+            raise PluginConfigError(f"{path}: field {where}: {err}") from None
+        if flag.parse is parse_interval and not isinstance(raw, str) and value < timedelta(seconds=1):
+            log.warning(
+                "%s: %s: a bare number is nanoseconds (%r = %gs); write '60s' for a minute",
+                path,
+                where,
+                raw,
+                value.total_seconds(),
+            )
+    return found
 
 
-def interval_seconds(text: str) -> float:
-    """Seconds in a Go duration such as ``60s``, ``1m30s``, ``1.5h`` or ``500ms``; ``infinite`` is inf."""
-    text = text.strip()
-    if text == "infinite":
-        return math.inf
-    try:
-        return parse_go_duration(text).total_seconds()
-    except ValueError:
-        raise ValueError(
-            f"invalid duration {text!r}: expected a Go duration such as '60s', '1m' or '1h30m'"
-        ) from None
-
-
-def _duration(path: Path, where: str, raw: int | float | str) -> float:
-    try:
-        # A bare number is nanoseconds, as Go's time.Duration reads it from JSON/YAML.
-        seconds = raw / 1e9 if isinstance(raw, int | float) else interval_seconds(raw)
-    except ValueError as err:
-        raise PluginConfigError(f"{path}: field {where}: {err}") from None
-    if seconds <= 0:
-        raise PluginConfigError(f"{path}: field {where}: the interval must be positive, got {raw!r}")
-    if isinstance(raw, int | float) and seconds < 1:
-        log.warning(
-            "%s: %s: a bare number is nanoseconds (%r = %gs); write '60s' for a minute",
-            path,
-            where,
-            raw,
-            seconds,
-        )
-    return seconds
+def _field(path: Path, document: dict[str, Any], where: str) -> object:
+    """The value at a dotted field path such as ``flags.gfd.sleepInterval``; None where it is absent."""
+    value: object = document
+    keys = where.split(".")
+    for depth, key in enumerate(keys):
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            above = ".".join(keys[:depth])
+            raise PluginConfigError(f"{path}: field {above}: expected a mapping, got {type(value).__name__}")
+        value = value.get(key)
+    return value
 
 
 def resource_name(path: Path, where: str, raw: str) -> str:

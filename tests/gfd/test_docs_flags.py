@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from gfd.config import OPTIONS, build_parser
+from gfd.config import build_parser
+from gfd.settings import FLAGS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "gfd.md"
 
@@ -22,11 +23,11 @@ def table_rows() -> list[tuple[str, str]]:
 
 def test_every_flag_and_variable_is_in_the_tables_with_its_variables() -> None:
     documented = {flag: env for cell, env in table_rows() for flag in re.findall(r"`(--[a-z-]+)`", cell)}
-    for opt in OPTIONS:
-        for flag in (f for f in opt.flags if f.startswith("--")):
-            assert flag in documented, flag
-            named = re.findall(r"`([A-Z_]+)`", documented[flag])
-            assert [e for e in named if e in opt.env] == list(opt.env), flag
+    for flag in FLAGS:
+        for name in (f for f in flag.flags if f.startswith("--")):
+            assert name in documented, name
+            named = re.findall(r"`([A-Z_]+)`", documented[name])
+            assert [e for e in named if e in flag.env] == list(flag.env), name
 
 
 def test_every_documented_flag_is_accepted() -> None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import math
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from gfd.plugin_config import PluginConfigError, interval_seconds, load_plugin_config
+from gfd.durations import parse_interval
+from gfd.plugin_config import PluginConfigError, load_plugin_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,10 +59,15 @@ sharing:
 """,
         )
     )
-    f = cfg.flags
-    assert (f.mig_strategy, f.fail_on_init_error, f.oneshot, f.no_timestamp) == ("mixed", False, True, True)
-    assert f.sleep_interval == 90.0
-    assert (f.output_file, f.machine_type_file) == ("/tmp/gfd", "/sys/class/dmi/id/product_name")
+    assert cfg.flags == {
+        "mig_strategy": "mixed",
+        "fail_on_init_error": False,
+        "oneshot": True,
+        "no_timestamp": True,
+        "sleep_interval": timedelta(seconds=90),
+        "output_file": "/tmp/gfd",
+        "machine_type_file": Path("/sys/class/dmi/id/product_name"),
+    }
     assert cfg.sharing is not None and cfg.sharing.time_slicing is not None
     ts = cfg.sharing.time_slicing
     assert ts.rename_by_default
@@ -70,10 +76,25 @@ sharing:
     assert cfg.sharing.strategy() == "time-slicing"
 
 
-def test_unset_fields_are_none(tmp_path: Path) -> None:
-    cfg = load_plugin_config(write(tmp_path, "version: v1\n"))
+@pytest.mark.parametrize(
+    "text",
+    [
+        "version: v1\n",
+        "flags:\n",
+        "flags: {gfd: null, plugin: null}\n",
+        "flags: {gfd: {sleepInterval: null, machineTypeFile: ''}, plugin: {containerDriverRoot: ''}}\n",
+    ],
+)
+def test_unset_null_or_empty_fields_set_nothing(tmp_path: Path, text: str) -> None:
+    cfg = load_plugin_config(write(tmp_path, text))
     assert cfg.sharing is None
-    assert all(v is None for v in vars(cfg.flags).values())
+    assert cfg.flags == {}
+
+
+def test_an_empty_output_file_means_standard_output(tmp_path: Path) -> None:
+    assert load_plugin_config(write(tmp_path, "flags: {gfd: {outputFile: ''}}\n")).flags == {
+        "output_file": None
+    }
 
 
 def test_empty_file_and_json(tmp_path: Path) -> None:
@@ -97,6 +118,14 @@ def test_shipped_sharing_examples_parse() -> None:
         ("flags: {failOnInitError: maybe}\n", "field flags.failOnInitError"),
         ("flags: {gfd: {sleepInterval: soon}}\n", "field flags.gfd.sleepInterval"),
         ("flags: {gfd: {sleepInterval: -5s}}\n", "field flags.gfd.sleepInterval"),
+        ("flags: {gfd: {sleepInterval: 0}}\n", "field flags.gfd.sleepInterval"),
+        ("flags: {gfd: {sleepInterval: true}}\n", "field flags.gfd.sleepInterval"),
+        ("flags: {gfd: {sleepInterval: .inf}}\n", "field flags.gfd.sleepInterval"),
+        ("flags: {gfd: {oneshot: 'yes'}}\n", "field flags.gfd.oneshot"),
+        ("flags: {gfd: {outputFile: 5}}\n", "field flags.gfd.outputFile"),
+        ("flags: {deviceDiscoveryStrategy: cuda}\n", "field flags.deviceDiscoveryStrategy"),
+        ("flags: {gfd: [oneshot]}\n", "field flags.gfd: expected a mapping"),
+        ("flags: [gfd]\n", "field flags"),
         ("sharing: {timeSlicing: {}}\n", "field sharing.timeSlicing.resources"),
         ("sharing: {timeSlicing: {resources: []}}\n", "field sharing.timeSlicing.resources"),
         ("sharing: {mps: {resources: [{name: gpu}]}}\n", "field sharing.mps.resources.0.replicas"),
@@ -169,7 +198,7 @@ def test_nvidias_device_forms_are_accepted(tmp_path: Path, devices: str) -> None
 @pytest.mark.parametrize("version", ['""', "null", "v1"])
 def test_an_empty_version_means_v1_as_in_nvidias(tmp_path: Path, version: str) -> None:
     text = f"version: {version}\nflags: {{migStrategy: mixed}}\n"
-    assert load_plugin_config(write(tmp_path, text)).flags.mig_strategy == "mixed"
+    assert load_plugin_config(write(tmp_path, text)).flags == {"mig_strategy": "mixed"}
 
 
 def test_nvidias_top_level_flags_are_read(tmp_path: Path) -> None:
@@ -177,10 +206,11 @@ def test_nvidias_top_level_flags_are_read(tmp_path: Path) -> None:
         "flags:\n  useNodeFeatureAPI: true\n  deviceDiscoveryStrategy: tegra\n"
         "  plugin: {containerDriverRoot: /host-driver}\n"
     )
-    flags = load_plugin_config(write(tmp_path, text)).flags
-    assert flags.use_node_feature_api is True
-    assert flags.device_discovery_strategy == "tegra"
-    assert flags.container_driver_root == "/host-driver"
+    assert load_plugin_config(write(tmp_path, text)).flags == {
+        "use_node_feature_api": True,
+        "device_discovery_strategy": "tegra",
+        "driver_root": Path("/host-driver"),
+    }
 
 
 def test_missing_file(tmp_path: Path) -> None:
@@ -200,31 +230,44 @@ def test_custom_rename_is_ignored_like_nvidia(tmp_path: Path, caplog: pytest.Log
 
 
 @pytest.mark.parametrize(
-    ("text", "seconds"),
+    ("value", "expected"),
     [
-        ("60s", 60.0),
-        ("1m", 60.0),
-        ("1h30m", 5400.0),
-        ("1.5h", 5400.0),
-        ("1.5s", 1.5),
-        (".5s", 0.5),
-        ("500ms", 0.5),
-        ("250µs", 0.00025),
-        ("250us", 0.00025),
-        ("infinite", math.inf),
+        ("60s", timedelta(seconds=60)),
+        ("1m", timedelta(seconds=60)),
+        ("1h30m", timedelta(seconds=5400)),
+        ("1.5h", timedelta(seconds=5400)),
+        ("1.5s", timedelta(seconds=1.5)),
+        (".5s", timedelta(seconds=0.5)),
+        ("500ms", timedelta(seconds=0.5)),
+        ("250µs", timedelta(microseconds=250)),
+        ("250us", timedelta(microseconds=250)),
+        ("infinite", None),
+        (" Infinite ", None),
+        (60_000_000_000, timedelta(seconds=60)),  # a bare number: nanoseconds, as Go reads it
+        (1.5e9, timedelta(seconds=1.5)),
     ],
 )
-def test_go_durations(text: str, seconds: float) -> None:
-    assert interval_seconds(text) == seconds
+def test_go_durations(value: str | int | float, expected: timedelta | None) -> None:
+    assert parse_interval(value) == expected
 
 
 @pytest.mark.parametrize("text", ["5", "soon", "1d", "2w", "1mm", "1y", "5s ago", ""])
 def test_text_that_is_no_go_duration_is_refused(text: str) -> None:
     # As Go's time.ParseDuration: a number written as text needs its unit.
     with pytest.raises(ValueError, match="expected a Go duration"):
-        interval_seconds(text)
+        parse_interval(text)
 
 
-def test_bare_number_sleep_interval_is_nanoseconds(tmp_path: Path) -> None:
+@pytest.mark.parametrize("value", ["0s", "-5s", 0, -1, 5])  # 5 nanoseconds is below what gfd can wait
+def test_an_interval_of_zero_or_less_is_refused(value: str | int) -> None:
+    with pytest.raises(ValueError, match=r"more than zero|under the shortest"):
+        parse_interval(value)
+
+
+def test_bare_number_sleep_interval_is_nanoseconds(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     cfg = load_plugin_config(write(tmp_path, "flags: {gfd: {sleepInterval: 60000000000}}\n"))
-    assert cfg.flags.sleep_interval == 60.0
+    assert cfg.flags == {"sleep_interval": timedelta(seconds=60)}
+    assert caplog.text == ""
+    cfg = load_plugin_config(write(tmp_path, "flags: {gfd: {sleepInterval: 60000}}\n"))  # meant 60s
+    assert cfg.flags == {"sleep_interval": timedelta(microseconds=60)}
+    assert "flags.gfd.sleepInterval: a bare number is nanoseconds (60000 = 6e-05s)" in caplog.text
