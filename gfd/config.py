@@ -1,8 +1,11 @@
 """Run settings: command line over environment over config file over default.
 
 What each setting is (its type, default, flags, variables and config-file field) is declared once, in
-``gfd.settings``; this module resolves them from argv, the environment and the file. Importing it, or
-resolving settings without a config file, loads no pydantic: see ``gfd.settings`` for why.
+``gfd.settings``; this module resolves them from argv, the environment and the file.
+Settings are a plain frozen dataclass checked by hand rather than a pydantic model: pydantic alone
+costs about 15 MiB of resident memory, which would blow the daemon's memory budget on every node. So
+importing this module or resolving settings loads no pydantic; the config *file* is still parsed with
+pydantic, only when one is given.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from hostport import parse_address
 __all__ = ["DEFAULT_OUTPUT_FILE", "ConfigError", "Settings", "build_parser", "load_settings", "parse_address"]
 
 _DEFAULTS = Settings()
-_FILE_FIELDS = {flag.name: where for where, flag in FILE_FIELDS.items()}  # setting -> file field
+_FILE_FIELD_OF = {flag.name: where for where, flag in FILE_FIELDS.items()}  # name -> flags.gfd.oneshot ...
 
 
 class ConfigError(ValueError):
@@ -114,7 +117,7 @@ def load_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
         for name, value in file_values.items():
             if name not in values:
                 values[name] = value
-                where[name] = f"{config_file}: field {_FILE_FIELDS[name]}"
+                where[name] = f"{config_file}: field {_FILE_FIELD_OF[name]}"
         if "device_discovery_strategy" in values:
             values["backend"] = _backend_from_strategy(where, values)
     return _finish(values, sharing)

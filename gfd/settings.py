@@ -1,17 +1,15 @@
 """Every gfd setting, declared once: here, and nowhere else.
 
-A setting is a field of ``Settings``: the annotation is its type, and ``setting(...)`` gives its
-default, its flags, its environment variables and, where NVIDIA's device-plugin config file has one,
-the file field that sets it (``flags.gfd.sleepInterval``). ``NVIDIA_FLAGS`` declares the flags of
-NVIDIA's GFD that set no field of their own. Everything else is derived from ``FLAGS``, the two
-together: the command line, its help and the "(default ...)" there (``gfd.config``), which file field
-sets which setting and how the file's flags section is read (``gfd.plugin_config``), and the flag,
-variable or file field that every error message names.
+A setting is a field of ``Settings``: the annotation is its type, the field's default its default,
+and ``flag(...)`` in its metadata its flags, its environment variables, its help and, where NVIDIA's
+device-plugin config file has one, the file field that sets it (``flags.gfd.sleepInterval``).
+``NVIDIA_FLAGS`` declares the flags of NVIDIA's GFD that set no field of their own. Everything else is
+derived from ``FLAGS``, the two together: the command line, its help and the "(default ...)" there
+(``gfd.config``), which file field sets which setting and how the file's flags section is read
+(``gfd.plugin_config``), and the flag, variable or file field that every error message names.
 
 The flags and variables are NVIDIA gpu-feature-discovery's, so an existing DaemonSet spec keeps
-working; ours follow the same ``GFD_`` naming. Settings are a plain frozen dataclass checked by hand
-rather than a pydantic model: pydantic alone costs about 15 MiB of resident memory, which would blow
-the daemon's memory budget on every node. Nothing here imports it.
+working; ours follow the same ``GFD_`` naming. Nothing here imports pydantic (``gfd.config`` says why).
 """
 
 from __future__ import annotations

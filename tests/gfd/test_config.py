@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from gfd.config import DEFAULT_OUTPUT_FILE, ConfigError, Settings, load_settings, parse_address
+from gfd.config import DEFAULT_OUTPUT_FILE, ConfigError, Settings, build_parser, load_settings, parse_address
+from gfd.settings import FILE_FIELDS, FLAGS
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def load(*argv: str, **env: str) -> Settings:
@@ -272,26 +280,49 @@ def test_a_missing_config_file_is_an_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("argv", "env"),
+    ("argv", "env", "expected"),
     [
-        (["--use-node-feature-api"], {}),
-        ([], {"GFD_USE_NODE_FEATURE_API": "true"}),
-        ([], {"USE_NODE_FEATURE_API": "true"}),
-        (["--device-discovery-strategy", "nvml"], {}),
-        ([], {"DEVICE_DISCOVERY_STRATEGY": "tegra"}),
-        (["--driver-root-ctr-path", "/driver-root"], {}),
-        (["--container-driver-root", "/run/nvidia/driver"], {}),
-        ([], {"DRIVER_ROOT_CTR_PATH": "/driver-root"}),
-        ([], {"CONTAINER_DRIVER_ROOT": "/driver-root"}),
-        (["--kubeconfig", "/etc/kube.conf", "--kube-api-qps", "5", "--kube-api-burst", "10"], {}),
-        ([], {"KUBECONFIG": "/etc/kube.conf", "KUBE_API_QPS": "2.5", "KUBE_API_BURST": "10"}),
-        (["--namespace", "gpu-operator", "--node-name", "node-1", "--pod-name", "gfd-x"], {}),
-        ([], {"NAMESPACE": "gpu-operator", "NODE_NAME": "node-1", "POD_NAME": "gfd-x"}),
-        (["-node-name=node-1", "-use-node-feature-api=false"], {}),
+        (["--use-node-feature-api"], {}, {"use_node_feature_api": True}),
+        ([], {"GFD_USE_NODE_FEATURE_API": "true"}, {"use_node_feature_api": True}),
+        ([], {"USE_NODE_FEATURE_API": "true"}, {"use_node_feature_api": True}),
+        (["--device-discovery-strategy", "nvml"], {}, {"backend": "nvml"}),
+        ([], {"DEVICE_DISCOVERY_STRATEGY": "tegra"}, {"backend": "tegra"}),
+        (["--driver-root-ctr-path", "/host/driver"], {}, {"driver_root": Path("/host/driver")}),
+        (["--container-driver-root", "/run/nvidia/driver"], {}, {"driver_root": Path("/run/nvidia/driver")}),
+        ([], {"DRIVER_ROOT_CTR_PATH": "/host/driver"}, {"driver_root": Path("/host/driver")}),
+        ([], {"CONTAINER_DRIVER_ROOT": "/run/nvidia/driver"}, {"driver_root": Path("/run/nvidia/driver")}),
+        (
+            ["--kubeconfig", "/etc/kube.conf", "--kube-api-qps", "5", "--kube-api-burst", "10"],
+            {},
+            {"unused": ("--kubeconfig", "--kube-api-qps", "--kube-api-burst")},
+        ),
+        (
+            [],
+            {"KUBECONFIG": "/etc/kube.conf", "KUBE_API_QPS": "2.5", "KUBE_API_BURST": "10"},
+            {"unused": ("$KUBECONFIG", "$KUBE_API_QPS", "$KUBE_API_BURST")},
+        ),
+        (
+            ["--namespace", "gpu-operator", "--node-name", "node-1", "--pod-name", "gfd-x"],
+            {},
+            {"unused": ("--namespace", "--node-name", "--pod-name")},
+        ),
+        (
+            [],
+            {"NAMESPACE": "gpu-operator", "NODE_NAME": "node-1", "POD_NAME": "gfd-x"},
+            {"unused": ("$NAMESPACE", "$NODE_NAME", "$POD_NAME")},
+        ),
+        (
+            ["-node-name=node-1", "-use-node-feature-api=true"],
+            {},
+            {"unused": ("--node-name",), "use_node_feature_api": True},
+        ),
     ],
 )
-def test_nvidias_flags_and_variables_are_accepted(argv: list[str], env: dict[str, str]) -> None:
-    load_settings(argv, env)
+def test_nvidias_flags_and_variables_reach_the_setting_they_name(
+    argv: list[str], env: dict[str, str], expected: dict[str, Any]
+) -> None:
+    # The named settings take the given values, and nothing else moves from the defaults.
+    assert load_settings(argv, env) == replace(load(), **expected)
 
 
 def test_the_discovery_strategy_picks_the_backend() -> None:
@@ -368,3 +399,87 @@ def test_a_backend_on_the_command_line_beats_the_strategy_in_the_config_file(tmp
     assert load("--config-file", str(path), "--backend", "nvml").backend == "nvml"
     assert load("--config-file", str(path), DEVICE_DISCOVERY_STRATEGY="nvml").backend == "nvml"
     assert load("--config-file", str(path)).backend == "tegra"
+
+
+# --- what gfd.settings declares is what a user gets: from the help, the file and the command line ---
+
+
+def test_help_shows_each_declared_default_as_the_flag_takes_it() -> None:
+    helps = {action.dest: action.help or "" for action in build_parser()._actions}
+    for flag in FLAGS:
+        if flag.default is None:
+            continue  # unset unless given
+        found = re.search(r"\(default (.+?)\) \[\$", helps[flag.name])
+        assert found is not None, f"{flag.flags[0]}: {helps[flag.name]}"
+        # Giving the default the help shows changes nothing.
+        assert load(f"{flag.flags[0]}={found.group(1)}") == load(), flag.flags[0]
+
+
+# For each declared config-file field, a value other than the default: as the file writes it, and as
+# its flag takes it.
+FILE_EXAMPLES: dict[str, tuple[object, str]] = {
+    "flags.migStrategy": ("mixed", "mixed"),
+    "flags.failOnInitError": (False, "false"),
+    "flags.useNodeFeatureAPI": (True, "true"),
+    "flags.deviceDiscoveryStrategy": ("tegra", "tegra"),
+    "flags.plugin.containerDriverRoot": ("/host-driver", "/host-driver"),
+    "flags.gfd.oneshot": (True, "true"),
+    "flags.gfd.noTimestamp": (True, "true"),
+    "flags.gfd.sleepInterval": (90_000_000_000, "1m30s"),  # a bare number is nanoseconds
+    "flags.gfd.outputFile": ("/tmp/from-file", "/tmp/from-file"),
+    "flags.gfd.machineTypeFile": ("/tmp/machine", "/tmp/machine"),
+}
+
+
+def file_setting(tmp_path: Path, where: str, value: object) -> Path:
+    """A config file that sets the one field ``where`` (``flags.gfd.oneshot``) to ``value``."""
+    *parents, key = where.split(".")
+    document: dict[str, object] = {key: value}
+    for parent in reversed(parents):
+        document = {parent: document}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(document))
+    return path
+
+
+def test_every_declared_file_field_has_an_example() -> None:
+    assert set(FILE_EXAMPLES) == set(FILE_FIELDS)
+
+
+@pytest.mark.parametrize("where", sorted(FILE_EXAMPLES))
+def test_each_file_field_sets_what_its_flag_sets(tmp_path: Path, where: str) -> None:
+    in_file, on_command_line = FILE_EXAMPLES[where]
+    path = file_setting(tmp_path, where, in_file)
+    from_file = load("--config-file", str(path))
+    path.write_text("{}")
+    from_flag = load("--config-file", str(path), f"{FILE_FIELDS[where].flags[0]}={on_command_line}")
+    assert from_file == from_flag != load("--config-file", str(path))
+
+
+@pytest.mark.parametrize("where", sorted(FILE_FIELDS))
+def test_a_bad_value_in_any_file_field_names_the_file_and_field(tmp_path: Path, where: str) -> None:
+    path = file_setting(tmp_path, where, ["no", "field", "takes", "a", "list"])
+    with pytest.raises(ConfigError) as caught:
+        load("--config-file", str(path))
+    assert str(caught.value).startswith(f"{path}: field {where}: ")
+
+
+def modules_loaded(argv: list[str]) -> list[str]:
+    """The heavy third-party modules that resolving these settings, in a fresh interpreter, loads."""
+    code = (
+        "import sys\n"
+        "from gfd.config import load_settings\n"
+        f"load_settings({argv!r}, {{}})\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'pydantic', 'yaml', 'durationpy'}))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    return list(json.loads(run.stdout.replace("'", '"')))
+
+
+def test_settings_without_a_config_file_load_no_pydantic(tmp_path: Path) -> None:
+    assert modules_loaded([]) == []
+    assert modules_loaded(["--sleep-interval", "5m", "--mig-strategy", "mixed"]) == ["durationpy"]
+    config = tmp_path / "c.yaml"
+    config.write_text("flags: {migStrategy: mixed}\n")
+    assert "pydantic" in modules_loaded(["--config-file", str(config)])  # the file is parsed with it
