@@ -224,7 +224,7 @@ _UNUSED = "accepted for compatibility, not needed: gfd has no Kubernetes identit
 NVIDIA_FLAGS: tuple[Flag, ...] = (
     Flag("device_discovery_strategy", ("--device-discovery-strategy",), ("DEVICE_DISCOVERY_STRATEGY",),
          parse_choice(get_args(DiscoveryStrategy)), "NVIDIA's name for --backend (vfio is not supported)",
-         default="auto", file="flags.deviceDiscoveryStrategy", metavar="auto|nvml|tegra"),
+         default="auto", file="flags.deviceDiscoveryStrategy", metavar="auto|nvml|tegra"),  # auto: as unset
     Flag("kubeconfig", ("--kubeconfig",), ("KUBECONFIG",), str, _UNUSED, metavar="FILE", unused=True),
     Flag("kube_api_qps", ("--kube-api-qps",), ("KUBE_API_QPS",), _number(float, "a number"), _UNUSED,
          metavar="QPS", unused=True),
