@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from gfd.backends import nvml_facts as facts
+from gfd.backends import decoding
 from gfd.backends.errors import BackendError, Layer
 from gfd.backends.host import kernel_module_version
 
@@ -145,7 +145,7 @@ def probe_error(code: int, what: str, gpu: int | None) -> BackendError:
 
 def _library_version() -> str | None:
     try:
-        return facts.library_version_from_maps(SELF_MAPS.read_text(errors="replace"))
+        return decoding.library_version_from_maps(SELF_MAPS.read_text(errors="replace"))
     except OSError:
         return None
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gfd.backends import nvml_facts as facts
+from gfd.backends import decoding
 from gfd.backends.errors import BackendError
 from gfd.backends.host import NO_GPU_FIX, NO_GPU_ON_THE_BUS, PCI_DIR, scan_pci
 from gfd.backends.tegra import TegraBackend
@@ -11,9 +11,9 @@ from gfd.inventory import Inventory
 
 
 def _other_kind(pci_class: int | None) -> str:
-    if pci_class is not None and pci_class >> 8 == facts.PCI_AUDIO:
+    if pci_class is not None and pci_class >> 8 == decoding.PCI_AUDIO:
         return "audio"
-    if pci_class is not None and pci_class >> 16 == facts.PCI_BASE_BRIDGE:
+    if pci_class is not None and pci_class >> 16 == decoding.PCI_BASE_BRIDGE:
         return "bridge (NVSwitch)"
     return "other"
 
