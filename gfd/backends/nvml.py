@@ -136,6 +136,7 @@ class _Probe:
             clique=self.clique(i, h),
             vgpu=self._vgpu(i, sysfs_dir) if self.backend.with_vgpu else None,
             vgpu_guest=self._vgpu_guest(i, h),
+            minor=self._minor(h),
         )
 
     # ---- MIG ----------------------------------------------------------------------------------
@@ -297,6 +298,12 @@ class _Probe:
         except OSError:
             self.warnings.append(f"GPU {i}: cannot read {sysfs_dir / 'class'}; gpu.mode unknown")
             return None
+
+    def _minor(self, h: Any) -> int | None:
+        # No label needs it (gfd doctor checks the device file by it), so no failure and no warning.
+        with contextlib.suppress(self.nvml.NVMLError):
+            return int(self.nvml.nvmlDeviceGetMinorNumber(h))
+        return None
 
     def _vgpu_guest(self, i: int, h: Any) -> bool | None:
         # Unprivileged, unlike the PCI config space: enough to say whether this is a vGPU guest.
