@@ -38,13 +38,7 @@ RETRY_WHEN_IDLE = timedelta(seconds=60)  # retry pace after a failure when the s
 def build_labels_for(inv: Inventory, settings: Settings, now: datetime) -> dict[str, str]:
     from gfd.labels import LabelOptions, build_labels
 
-    opts = LabelOptions(
-        mig_strategy=settings.mig_strategy,
-        sharing=settings.sharing,
-        timestamp=now if settings.label_timestamp else None,
-        with_vgpu=settings.with_vgpu,
-    )
-    return build_labels(inv, opts)
+    return build_labels(inv, LabelOptions.from_settings(settings, now))
 
 
 def reread_settings(current: Settings, reload_fn: Callable[[], Settings] | None) -> Settings | None:
