@@ -16,7 +16,8 @@ class Backend(Protocol):
     def probe(self) -> Inventory: ...
 
 
-# Where a driver root keeps libnvidia-ml.so.1, in the order NVIDIA's device plugin searches them.
+# Where a driver root keeps libnvidia-ml.so.1: the directories NVIDIA's device plugin searches, in its
+# order; then where other distributions, the container toolkit and JetPack 6 put it.
 LIBRARY_DIRS = (
     "usr/lib64",
     "usr/lib/x86_64-linux-gnu",
@@ -24,6 +25,9 @@ LIBRARY_DIRS = (
     "lib64",
     "lib/x86_64-linux-gnu",
     "lib/aarch64-linux-gnu",
+    "usr/lib",
+    "usr/local/nvidia/lib64",
+    "usr/lib/aarch64-linux-gnu/nvidia",
 )
 NVML_LIBRARY = "libnvidia-ml.so.1"
 

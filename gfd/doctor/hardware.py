@@ -35,7 +35,7 @@ def check(ctx: Context) -> list[Finding]:
         tegra = None
     if tegra is not None and tegra.jetson is not None:
         jetson = tegra.jetson
-        ctx.jetson, ctx.jetson_facts, ctx.jetson_cuda = True, jetson, tegra.cuda_driver_version
+        ctx.tegra = tegra
         what = jetson.model or "unknown board"
         soc = f" ({jetson.soc})" if jetson.soc else ""
         return [Finding("PASS", f"Jetson with a built-in GPU: {what}{soc}")]

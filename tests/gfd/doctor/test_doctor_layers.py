@@ -94,3 +94,11 @@ def test_gpu_lost_mid_query_fails_nvml(host, nvml, doctor):
     three = next(c for c in report["checks"] if c["layer"] == 3)
     assert code == 1 and three["status"] == "FAIL"
     assert three["evidence"] == "NVML started but a query failed: GPU is lost"
+
+
+def test_a_driver_version_nvml_does_not_report_is_no_failure(host, nvml, doctor):
+    nvml("healthy-pci", fail={"nvmlSystemGetDriverVersion": 3})  # NVML_ERROR_NOT_SUPPORTED
+    code, report = doctor(host("healthy-pci"))
+    three = next(c for c in report["checks"] if c["layer"] == 3)
+    assert code == 0 and three["status"] == "PASS"
+    assert three["evidence"] == "NVML (version not reported) loaded; 2 GPU(s): NVIDIA A100-SXM4-40GB"
