@@ -1,50 +1,46 @@
-"""Single layers on hand-made host trees: the parsing details a user relies on."""
+"""Layer 3 (gfd/doctor/nvml.py): NVML, read through the NVML backend, against the kernel module."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import pytest
 
-from gfd.doctor import driver, hardware, nvml
-from gfd.doctor.model import Context
-
-OPEN_MODULE = (
-    "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  560.35.03  Release Build  "
-    "(dvs-builder@U16-I3-B03-4-3)  Fri Aug 16 21:42:42 UTC 2024\nGCC version:  gcc version 12.3.0\n"
-)
+from gfd.backends.errors import BackendError
+from gfd.backends.nvml import NvmlBackend
+from gfd.doctor import nvml
+from tests.gfd.doctor.reports import layer
 
 
-def _root(tmp_path: Path, files: dict[str, str]) -> Context:
-    for rel, text in files.items():
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text(text)
-    return Context(host_root=tmp_path)
-
-
-def test_open_module_shown_and_missing_uvm_warns(tmp_path):
-    ctx = _root(
-        tmp_path,
-        {"proc/driver/nvidia/version": OPEN_MODULE, "proc/modules": "nvidia 1 0 - Live 0x0 (POE)\n"},
+def test_version_mismatch_shows_both_versions(host, nvml, doctor):
+    nvml("version-mismatch", lib_version="550.54.15")
+    code, report = doctor(host("version-mismatch"))
+    assert code == 1
+    assert report["first_failed_layer"] == 3
+    three = layer(report, 3)[0]
+    assert three["evidence"] == (
+        "driver/library version mismatch (NVML library 550.54.15, kernel module 535.104.05)"
     )
-    found = driver.check(ctx)
-    assert found[0].status == "PASS" and "560.35.03 (open kernel module)" in found[0].evidence
-    assert found[1].status == "WARN" and "nvidia_uvm" in found[1].evidence
-    assert ctx.kernel_version == "560.35.03"
+    assert "reboot" in three["fix"]
+    assert layer(report, 4)[0]["evidence"] == "fix layer 3 first"
 
 
-def test_audio_functions_are_named_but_not_counted(tmp_path):
-    files = {}
-    for addr, cls in [
-        ("0000:01:00.0", "0x030000"),
-        ("0000:01:00.1", "0x040300"),
-        ("0000:02:00.0", "0x030200"),
-    ]:
-        files[f"sys/bus/pci/devices/{addr}/vendor"] = "0x10de\n"
-        files[f"sys/bus/pci/devices/{addr}/class"] = cls + "\n"
-        files[f"sys/bus/pci/devices/{addr}/device"] = "0x2684\n"
-    ctx = _root(tmp_path, files)
-    (found,) = hardware.check(ctx)
-    assert found.evidence.startswith("2 NVIDIA GPU(s) on the PCI bus: 0000:01:00.0 VGA controller")
-    assert found.evidence.endswith("other NVIDIA functions, not GPUs: 1 audio")
+def test_nvml_start_failure_is_said_as_gfd_logs_it(host, nvml, doctor):
+    nvml("healthy-pci", driver_not_loaded=True)
+    root = host("healthy-pci")
+    code, report = doctor(root)
+    three = layer(report, 3)[0]
+    with pytest.raises(BackendError) as logged:
+        NvmlBackend(host_root=root).probe()
+    assert code == 1 and three["status"] == "FAIL"
+    assert str(logged.value) == f"driver: {three['evidence']}: {three['fix']}"
+    assert "modprobe nvidia" in three["fix"]
+
+
+def test_library_missing_on_pci_host_fails_nvml(host, nvml, doctor):
+    nvml(None, library_missing=True)
+    _, report = doctor(host("healthy-pci"))
+    three = layer(report, 3)[0]
+    assert three["status"] == "FAIL" and "libnvidia-ml.so.1" in three["evidence"]
+    assert "runtimeClassName: nvidia" in three["fix"]
 
 
 def test_library_version_read_from_its_file_name(tmp_path):
