@@ -1,4 +1,5 @@
-"""The host files every backend and the doctor read: the kernel module's version, the PCI bus."""
+"""The host files every backend and the doctor read: the kernel module's version, the PCI bus, the machine
+type."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ from gfd.backends.host import (
     KERNEL_MODULE_SYSFS_VERSION,
     KERNEL_MODULE_VERSION,
     kernel_module_version,
+    read_machine_type,
     scan_pci,
+    with_machine_type,
 )
+from gfd.inventory import Inventory
 
 PROPRIETARY = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  470.256.02  Thu May  2 14:37:44 UTC 2024\n"
 
@@ -55,3 +59,18 @@ def test_scan_pci_counts_vga_and_3d_controllers_not_audio(tmp_path: Path) -> Non
         ("0000:02:00.0", "3D controller", 0x2684),
     ]
     assert others == [0x040300]
+
+
+def test_an_empty_machine_type_file_gives_an_empty_value(tmp_path: Path) -> None:
+    empty = tmp_path / "product_name"
+    empty.write_text("\n")
+    assert read_machine_type(empty) == ""
+    assert read_machine_type(tmp_path / "absent") is None
+
+
+def test_the_machine_type_fills_only_what_the_backend_left_open(tmp_path: Path) -> None:
+    write(tmp_path, "product_name", "PowerEdge R750\n")
+    assert with_machine_type(Inventory(backend="nvml"), tmp_path / "product_name").machine == "PowerEdge R750"
+    jetson = Inventory(backend="tegra", machine="NVIDIA Jetson Orin Nano Developer Kit")
+    assert with_machine_type(jetson, tmp_path / "product_name") is jetson
+    assert with_machine_type(Inventory(backend="nvml"), tmp_path / "absent").machine is None
