@@ -75,10 +75,10 @@ def probe(backend: Backend, host_root: Path) -> Inventory:
     except BackendError as err:
         if backend.name != "nvml":
             raise
-        raise no_gpu_on_the_bus(host_root) or err from None
+        raise _no_gpu_on_the_bus(host_root) or err from None
 
 
-def no_gpu_on_the_bus(host_root: Path) -> NoGpuFound | None:
+def _no_gpu_on_the_bus(host_root: Path) -> NoGpuFound | None:
     """When the PCI bus can be read and shows no NVIDIA GPU (and this is no Jetson), that; else None."""
     from gfd.backends.host import NO_GPU_FIX, NO_GPU_ON_THE_BUS, PCI_DIR, scan_pci
     from gfd.backends.tegra import is_jetson

@@ -39,7 +39,9 @@ def check(ctx: Context) -> list[Finding]:
     backend = NvmlBackend(host_root=ctx.host_root, library=nvml_library(ctx.host_root))
     try:
         inventory = backend.probe()
-    except ImportError:
+    except ModuleNotFoundError as err:  # the backend imports the bindings when it probes
+        if err.name != "pynvml":
+            raise
         return [Finding("FAIL", "the nvidia-ml-py package is missing", "`pip install nvidia-ml-py`")]
     except NvmlFailed as err:
         if err.at_init:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from gfd.backends.errors import BackendError
@@ -98,3 +100,10 @@ def test_a_driver_version_nvml_does_not_report_is_no_failure(host, nvml, doctor)
     three = next(c for c in report["checks"] if c["layer"] == 3)
     assert code == 0 and three["status"] == "PASS"
     assert three["evidence"] == "NVML (version not reported) loaded; 2 GPU(s): NVIDIA A100-SXM4-40GB"
+
+
+def test_missing_bindings_are_named(host, doctor, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # `import pynvml` fails as without the package
+    code, report = doctor(host("healthy-pci"))
+    three = layer(report, 3)[0]
+    assert code == 1 and three["evidence"] == "the nvidia-ml-py package is missing"
