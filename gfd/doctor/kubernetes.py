@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from gfd.choices import MigStrategy
+from gfd.config import Settings
 from gfd.doctor.model import Context, Finding, Status
 from gfd.inventory import Inventory
-from gfd.labels import extras, mig, resource, timestamp
+from gfd.labels import LabelOptions, build_labels, extras, mig, resource, timestamp
 from gfd.sharing_config import FULL_GPU_RESOURCE
 
 IN_CLUSTER_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
@@ -154,13 +155,11 @@ def _api_error(err: Any, what: str, item: str | None = None) -> Finding:
 def expected_labels(inventory: Inventory, node_labels: dict[str, str]) -> dict[str, str]:
     """What gfd would label now: its labelers over what the lower layers probed, by the node's MIG
     strategy."""
-    from gfd.config import Settings
-    from gfd.labels import LabelOptions, build_labels
-
     strategy = node_labels.get(mig.STRATEGY)
     mig_strategy: MigStrategy = (
         "single" if strategy == "single" else "mixed" if strategy == "mixed" else "none"
     )
+    # The other settings as the daemon's defaults; those the node may differ by are in IGNORED.
     opts = LabelOptions.from_settings(Settings(mig_strategy=mig_strategy), datetime.now(UTC))
     return build_labels(inventory, opts)
 
