@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from gfd.backends import Backend, detect, no_gpu_on_the_bus
+from gfd.backends import Backend, detect, probe
 from gfd.backends.errors import BackendError
 from gfd.backends.host import with_machine_type
 from gfd.config import Settings
@@ -38,13 +38,7 @@ RETRY_WHEN_IDLE = timedelta(seconds=60)  # retry pace after a failure when the s
 def build_labels_for(inv: Inventory, settings: Settings, now: datetime) -> dict[str, str]:
     from gfd.labels import LabelOptions, build_labels
 
-    opts = LabelOptions(
-        mig_strategy=settings.mig_strategy,
-        sharing=settings.sharing,
-        timestamp=now if settings.label_timestamp else None,
-        with_vgpu=settings.with_vgpu,
-    )
-    return build_labels(inv, opts)
+    return build_labels(inv, LabelOptions.from_settings(settings, now))
 
 
 def reread_settings(current: Settings, reload_fn: Callable[[], Settings] | None) -> Settings | None:
@@ -117,11 +111,9 @@ class Daemon:
             )
         try:
             if inv is None:
-                inv = backend.probe()
-        except BackendError as err:
+                inv = probe(backend, s.host_root)
+        except BackendError:
             self.backend = None  # detect again next pass: the stack may have changed under us
-            if backend.name == "nvml":
-                raise no_gpu_on_the_bus(s.host_root) or err from None
             raise
         self.backend = backend
         if not inv.devices and inv.backend == "nvml":

@@ -45,6 +45,7 @@ class Device:
     clique: str | None = None  # "<clusterUUID>.<cliqueId>" from the GPU fabric, when reported
     vgpu: VGpuInfo | None = None  # set when the device is a vGPU guest device
     vgpu_guest: bool | None = None  # NVML's virtualization mode says vGPU guest; None: not reported
+    minor: int | None = None  # the N of its /dev/nvidiaN; None where the driver does not say (Jetson)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ class Backend(Protocol):
     def probe(self) -> Inventory: ...
 
 
-# Where a driver root keeps libnvidia-ml.so.1, in the order NVIDIA's device plugin searches them.
+# Where a driver root keeps libnvidia-ml.so.1: the directories NVIDIA's device plugin searches, in its
+# order; then where other distributions, the container toolkit and JetPack 6 put it.
 LIBRARY_DIRS = (
     "usr/lib64",
     "usr/lib/x86_64-linux-gnu",
@@ -24,6 +25,9 @@ LIBRARY_DIRS = (
     "lib64",
     "lib/x86_64-linux-gnu",
     "lib/aarch64-linux-gnu",
+    "usr/lib",
+    "usr/local/nvidia/lib64",
+    "usr/lib/aarch64-linux-gnu/nvidia",
 )
 NVML_LIBRARY = "libnvidia-ml.so.1"
 
@@ -41,9 +45,8 @@ def detect(
 
     ``auto``: on a Jetson the tegra files (Jetson's NVML reports incomplete facts
     and may be absent); else NVML. NVML that loads but sees no GPU is a node
-    without GPUs (labelled as such, as NVIDIA's GFD does). NVML that fails to load
-    is reported as it is (its message names the broken layer), unless the PCI bus
-    shows no NVIDIA GPU at all: then that is what the user needs to hear.
+    without GPUs (labelled as such, as NVIDIA's GFD does). NVML that fails is
+    reported as ``probe`` words it.
     """
     if name == "mock":
         from gfd.backends.mock import MockBackend
@@ -61,17 +64,22 @@ def detect(
     if is_jetson(host_root):
         return _tegra(host_root), None
     nvml = _nvml(with_vgpu, host_root, driver_root)
+    return nvml, probe(nvml, host_root)
+
+
+def probe(backend: Backend, host_root: Path) -> Inventory:
+    """``backend.probe()``. A failing NVML is reported as it is (its message names the broken layer),
+    unless the PCI bus shows no NVIDIA GPU at all: then that is what the user needs to hear."""
     try:
-        return nvml, nvml.probe()
+        return backend.probe()
     except BackendError as err:
-        raise no_gpu_on_the_bus(host_root) or err from None
+        if backend.name != "nvml":
+            raise
+        raise _no_gpu_on_the_bus(host_root) or err from None
 
 
-def no_gpu_on_the_bus(host_root: Path) -> NoGpuFound | None:
-    """When the PCI bus can be read and holds no NVIDIA GPU (and this is no Jetson), that finding; else None.
-
-    It explains any NVML failure on such a machine better than NVML's own reason.
-    """
+def _no_gpu_on_the_bus(host_root: Path) -> NoGpuFound | None:
+    """When the PCI bus can be read and shows no NVIDIA GPU (and this is no Jetson), that; else None."""
     from gfd.backends.host import NO_GPU_FIX, NO_GPU_ON_THE_BUS, PCI_DIR, scan_pci
     from gfd.backends.tegra import is_jetson
 

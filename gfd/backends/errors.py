@@ -21,3 +21,15 @@ class NoGpuFound(BackendError):
 
     def __init__(self, message: str) -> None:
         super().__init__("hardware", message)
+
+
+class NvmlFailed(BackendError):
+    """An NVML call answered error ``code`` (nvml.h); ``at_init``: nvmlInit itself, else a read after it.
+
+    The code is kept for callers that explain it in their own words (``gfd doctor``).
+    """
+
+    def __init__(self, layer: Layer, message: str, code: int, at_init: bool) -> None:
+        super().__init__(layer, message)
+        self.code = code
+        self.at_init = at_init

@@ -1,7 +1,7 @@
 """Facts read from the host's files under a host root: the PCI bus, the kernel module, the machine type.
 
 The daemon's backends and ``gfd doctor`` both read these, so their paths, readers and parsers live here
-(the pure parsers in ``nvml_facts``).
+(the pure parsers in ``decoding``).
 Every reader answers None for a file that is missing or unreadable; what that means is the caller's call.
 """
 
@@ -11,12 +11,13 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from gfd.backends import nvml_facts as facts
+from gfd.backends import decoding
 from gfd.inventory import Inventory
 
 PCI_DIR = "sys/bus/pci/devices"
 NVIDIA_VENDOR = 0x10DE
 KERNEL_MODULE_VERSION = "proc/driver/nvidia/version"
+KERNEL_MODULE_SYSFS_VERSION = "sys/module/nvidia/version"  # the same version, while the module is loaded
 
 # Said by the daemon (when NVML fails) and by the doctor's hardware layer, in the same words.
 NO_GPU_ON_THE_BUS = (
@@ -37,7 +38,7 @@ def read_text(path: Path) -> str | None:
 def read_hex(path: Path) -> int | None:
     """A sysfs hex attribute (``vendor``, ``device``, ``class``) as an int."""
     text = read_text(path)
-    return facts.parse_hex(text) if text is not None else None
+    return decoding.parse_hex(text) if text is not None else None
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ class PciGpu:
         """The class as lspci names it."""
         if self.pci_class is None:
             return "unknown class"
-        names = {facts.PCI_VGA_CONTROLLER: "VGA controller", facts.PCI_3D_CONTROLLER: "3D controller"}
+        names = {decoding.PCI_VGA_CONTROLLER: "VGA controller", decoding.PCI_3D_CONTROLLER: "3D controller"}
         return names.get(self.pci_class >> 8, "other")
 
 
@@ -66,7 +67,7 @@ def scan_pci(host_root: Path) -> tuple[list[PciGpu], list[int | None]]:
         if read_hex(dev / "vendor") != NVIDIA_VENDOR:
             continue
         pci_class = read_hex(dev / "class")
-        if pci_class is not None and pci_class >> 16 != facts.PCI_BASE_DISPLAY:
+        if pci_class is not None and pci_class >> 16 != decoding.PCI_BASE_DISPLAY:
             others.append(pci_class)
             continue
         gpus.append(PciGpu(dev.name, read_hex(dev / "device"), pci_class))
@@ -74,9 +75,12 @@ def scan_pci(host_root: Path) -> tuple[list[PciGpu], list[int | None]]:
 
 
 def kernel_module_version(host_root: Path) -> str | None:
-    """The loaded NVIDIA kernel module's version, from /proc/driver/nvidia/version."""
+    """The loaded NVIDIA kernel module's version: from /proc/driver/nvidia/version, else from sysfs."""
     text = read_text(host_root / KERNEL_MODULE_VERSION)
-    return facts.kernel_module_version(text) if text else None
+    version = decoding.nvrm_version(text) if text else None
+    if version is None:
+        version = (read_text(host_root / KERNEL_MODULE_SYSFS_VERSION) or "").strip() or None
+    return version
 
 
 def read_machine_type(path: Path) -> str | None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
 
-from gfd.backends import nvml_facts as facts
+from gfd.backends import decoding
 from gfd.backends.errors import BackendError
 from gfd.backends.host import PCI_DIR
 from gfd.backends.nvml_errors import init_error, probe_error
@@ -126,7 +126,7 @@ class _Probe:
             index=i,
             name=name,
             uuid=self.optional("UUID", i, n.nvmlDeviceGetUUID, h),
-            memory_mib=total_bytes // facts.MIB if total_bytes is not None else None,
+            memory_mib=total_bytes // decoding.MIB if total_bytes is not None else None,
             compute_capability=(int(cc[0]), int(cc[1])) if cc is not None else None,
             pci_class=self._pci_class(i, sysfs_dir),
             pci_bus_id=bus_id,
@@ -136,6 +136,7 @@ class _Probe:
             clique=self.clique(i, h),
             vgpu=self._vgpu(i, sysfs_dir) if self.backend.with_vgpu else None,
             vgpu_guest=self._vgpu_guest(i, h),
+            minor=self._minor(h),
         )
 
     # ---- MIG ----------------------------------------------------------------------------------
@@ -208,10 +209,10 @@ class _Probe:
         ci_index = self._find_ci_profile(i, gi, gi_index, ci_pid)
         if total_bytes is not None and gi_index is not None and ci_index is not None:
             try:
-                return facts.mig_profile_name(gi_index, ci_index, total_bytes, int(attrs.memorySizeMB))
+                return decoding.mig_profile_name(gi_index, ci_index, total_bytes, int(attrs.memorySizeMB))
             except ValueError:
                 pass  # an id newer than our table: fall back to the name NVML gives
-        named = facts.profile_name_from_nvml(_text(getattr(gi_prof, "name", b""))) if gi_prof else None
+        named = decoding.profile_name_from_nvml(_text(getattr(gi_prof, "name", b""))) if gi_prof else None
         if named is None:
             raise BackendError(
                 "nvml", f"GPU {i}: cannot tell the profile of a MIG device (profile id {gi_pid})"
@@ -220,7 +221,7 @@ class _Probe:
 
     def _find_gi_profile(self, i: int, parent: Any, gi_pid: int) -> tuple[int | None, Any]:
         # The profile at index gi_pid nearly always has id gi_pid; try it before scanning all.
-        for p in [gi_pid, *range(facts.GI_PROFILE_COUNT)]:
+        for p in [gi_pid, *range(decoding.GI_PROFILE_COUNT)]:
             info = self._gi_profile(i, parent, p)
             if info is not None and int(info.id) == gi_pid:
                 return p, info
@@ -236,8 +237,8 @@ class _Probe:
 
     def _find_ci_profile(self, i: int, gi: Any, gi_index: int | None, ci_pid: int) -> int | None:
         fn = self.nvml.nvmlGpuInstanceGetComputeInstanceProfileInfo
-        for p in [ci_pid, *range(facts.CI_PROFILE_COUNT)]:
-            for e in range(facts.CI_ENGINE_PROFILE_COUNT):
+        for p in [ci_pid, *range(decoding.CI_PROFILE_COUNT)]:
+            for e in range(decoding.CI_ENGINE_PROFILE_COUNT):
                 key = (i, -1 if gi_index is None else gi_index, p)
                 if key not in self._ci_profiles:
                     self._ci_profiles[key] = self._profile_info(i, fn, gi, p, e)
@@ -282,21 +283,27 @@ class _Probe:
                 raise probe_error(err.value, "GPU fabric info", i) from None
             if int(info.state) != _FABRIC_STATE_COMPLETED or int(info.status) != 0:
                 return None  # fabric not (yet) registered: a clique label now would be wrong
-            return facts.clique_id(bytes(info.clusterUuid), int(info.cliqueId))
+            return decoding.clique_id(bytes(info.clusterUuid), int(info.cliqueId))
         return None
 
     def _sysfs_dir(self, bus_id: str | None) -> Path | None:
-        name = facts.sysfs_bus_id(bus_id) if bus_id else None
+        name = decoding.sysfs_bus_id(bus_id) if bus_id else None
         return self.backend.host_root / PCI_DIR / name if name else None
 
     def _pci_class(self, i: int, sysfs_dir: Path | None) -> int | None:
         if sysfs_dir is None:
             return None
         try:
-            return facts.parse_hex((sysfs_dir / "class").read_text())
+            return decoding.parse_hex((sysfs_dir / "class").read_text())
         except OSError:
             self.warnings.append(f"GPU {i}: cannot read {sysfs_dir / 'class'}; gpu.mode unknown")
             return None
+
+    def _minor(self, h: Any) -> int | None:
+        # No label needs it (gfd doctor checks the device file by it), so no failure and no warning.
+        with contextlib.suppress(self.nvml.NVMLError):
+            return int(self.nvml.nvmlDeviceGetMinorNumber(h))
+        return None
 
     def _vgpu_guest(self, i: int, h: Any) -> bool | None:
         # Unprivileged, unlike the PCI config space: enough to say whether this is a vGPU guest.
@@ -313,8 +320,8 @@ class _Probe:
         path = sysfs_dir / "config"
         try:
             with open(path, "rb") as f:
-                return facts.vgpu_info(f.read(4096))
-        except (OSError, facts.ConfigSpaceTooShort) as err:
+                return decoding.vgpu_info(f.read(4096))
+        except (OSError, decoding.ConfigSpaceTooShort) as err:
             reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
             self.warnings.append(
                 f"GPU {i}: vGPU detection skipped, cannot read {path} ({reason}); "

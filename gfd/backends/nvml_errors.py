@@ -11,8 +11,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from gfd.backends import nvml_facts as facts
-from gfd.backends.errors import BackendError, Layer
+from gfd.backends import decoding
+from gfd.backends.errors import Layer, NvmlFailed
 from gfd.backends.host import kernel_module_version
 
 # NVML return codes (nvml.h), spelled out so this module does not import the bindings.
@@ -55,8 +55,13 @@ _TOOLKIT_HINT = (
 SELF_MAPS = Path("/proc/self/maps")
 
 
+def nvml_reason(code: int) -> str:
+    """The return code's name as the bindings spell it: "GPU is lost"."""
+    return _NAMES.get(code, f"error {code}")
+
+
 def nvml_code_name(code: int) -> str:
-    return f"NVML: {_NAMES.get(code, f'error {code}')}"
+    return f"NVML: {nvml_reason(code)}"
 
 
 @dataclass(frozen=True)
@@ -67,8 +72,8 @@ class Advice:
     problem: str
     fix: str | None = None
 
-    def error(self) -> BackendError:
-        return BackendError(self.layer, f"{self.problem}: {self.fix}" if self.fix else self.problem)
+    def line(self) -> str:
+        return f"{self.problem}: {self.fix}" if self.fix else self.problem
 
 
 def version_mismatch(library: str | None, kernel_module: str | None) -> Advice:
@@ -117,35 +122,40 @@ def init_advice(code: int, host_root: Path) -> Advice | None:
     return None
 
 
-def init_error(code: int, host_root: Path) -> BackendError:
+def init_error(code: int, host_root: Path) -> NvmlFailed:
     """Why nvmlInit failed, and what to do about it."""
     advice = init_advice(code, host_root)
-    return advice.error() if advice is not None else probe_error(code, "initialising NVML", None)
+    layer, line = (
+        (advice.layer, advice.line()) if advice is not None else _reading(code, "initialising NVML", None)
+    )
+    return NvmlFailed(layer, line, code, at_init=True)
 
 
-def probe_error(code: int, what: str, gpu: int | None) -> BackendError:
+def probe_error(code: int, what: str, gpu: int | None) -> NvmlFailed:
     """A failure while reading ``what`` (on GPU ``gpu``, when known)."""
+    return NvmlFailed(*_reading(code, what, gpu), code, at_init=False)
+
+
+def _reading(code: int, what: str, gpu: int | None) -> tuple[Layer, str]:
     gpu_name = f"GPU {gpu}" if gpu is not None else "a GPU"
     on = f" on GPU {gpu}" if gpu is not None else ""
     reason = nvml_code_name(code)
     if code == GPU_IS_LOST:
-        return BackendError(
+        return (
             "hardware",
             f"{gpu_name} fell off the bus while reading {what} ({reason}): check the kernel log for Xid 79, "
             "then reset the GPU or reboot the node",
         )
     if code in (RESET_REQUIRED, CORRUPTED_INFOROM, INSUFFICIENT_POWER, IRQ_ISSUE):
-        return BackendError(
-            "hardware", f"{gpu_name} is unhealthy ({reason}) while reading {what}: reset the GPU or reboot"
-        )
+        return "hardware", f"{gpu_name} is unhealthy ({reason}) while reading {what}: reset the GPU or reboot"
     if code in (DRIVER_NOT_LOADED, LIB_RM_VERSION_MISMATCH):
-        return BackendError("driver", f"the NVIDIA driver failed while reading {what}{on} ({reason})")
-    return BackendError("nvml", f"reading {what}{on} failed ({reason}); run gfd doctor for the whole stack")
+        return "driver", f"the NVIDIA driver failed while reading {what}{on} ({reason})"
+    return "nvml", f"reading {what}{on} failed ({reason}); run gfd doctor for the whole stack"
 
 
 def _library_version() -> str | None:
     try:
-        return facts.library_version_from_maps(SELF_MAPS.read_text(errors="replace"))
+        return decoding.library_version_from_maps(SELF_MAPS.read_text(errors="replace"))
     except OSError:
         return None
 

@@ -20,8 +20,7 @@ from pathlib import Path
 
 from gfd.backends import tegra_files as tf
 from gfd.backends.errors import BackendError
-from gfd.backends.host import KERNEL_MODULE_VERSION
-from gfd.backends.nvml_facts import kernel_module_version
+from gfd.backends.host import kernel_module_version
 from gfd.inventory import Device, Inventory, JetsonFacts
 
 TEGRA_RELEASE = "etc/nv_tegra_release"
@@ -282,8 +281,7 @@ def _collect(root: Path) -> _Findings:
         )
     power = _read_power_mode(root, warnings)
     # Only Thor's OpenRM driver (nvidia.ko, R38 on) writes it; Orin, Xavier and Nano's nvgpu driver has none.
-    driver_text = tf.read_text(root, KERNEL_MODULE_VERSION)
-    driver = kernel_module_version(driver_text) if driver_text else None
+    driver = kernel_module_version(root)
 
     facts = JetsonFacts(model=model, soc=soc, l4t_version=l4t, jetpack_version=jetpack, power_mode=power)
     return _Findings(facts, product, compute, memory, cuda, driver, warnings)

@@ -17,11 +17,13 @@ def check(ctx: Context) -> list[Finding]:
 
 
 def check_driver(ctx: Context) -> list[Finding]:
-    driver = ctx.nvml_version or ctx.kernel_version
+    nvml = ctx.nvml
+    driver = (nvml.driver_version if nvml else None) or ctx.kernel_version
     if driver is None:
         return [Finding("SKIP", "driver version unknown, so CUDA support cannot be judged")]
     table = load_table()
-    reported = cuda_version_parts(ctx.cuda_driver_version) if ctx.cuda_driver_version else None
+    code = nvml.cuda_driver_version if nvml else None
+    reported = cuda_version_parts(code) if code else None
     try:
         highest = reported or table.highest_supported(driver)
         if ctx.cuda is not None:
@@ -82,7 +84,8 @@ def _image(
 
 def check_jetson(ctx: Context) -> list[Finding]:
     # What JetPack installed (read by the hardware layer, as the tegra backend reads it), else NVML's answer.
-    code = ctx.jetson_cuda or ctx.cuda_driver_version
+    jetpack = ctx.tegra.cuda_driver_version if ctx.tegra else None
+    code = jetpack or (ctx.nvml.cuda_driver_version if ctx.nvml else None)
     installed = cuda_version_parts(code) if code else None
     if installed is None:
         return [

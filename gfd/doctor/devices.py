@@ -34,8 +34,9 @@ def check_pci(ctx: Context) -> list[Finding]:
         key=lambda n: int(n[6:]),
     )
     missing = [ctx.shown(rel) for rel in want if _mode(ctx.path(rel)) is None]
-    if ctx.nvml_minors:  # NVML says which file belongs to which GPU
-        missing += [f"/dev/nvidia{m}" for m in sorted(ctx.nvml_minors) if f"nvidia{m}" not in numbered]
+    minors = [d.minor for d in ctx.nvml_devices if d.minor is not None]
+    if minors:  # NVML says which file belongs to which GPU
+        missing += [f"/dev/nvidia{m}" for m in sorted(minors) if f"nvidia{m}" not in numbered]
     elif len(numbered) < ctx.gpu_count:
         missing.append(f"/dev/nvidia<N> for {ctx.gpu_count - len(numbered)} of {ctx.gpu_count} GPU(s)")
     if missing:

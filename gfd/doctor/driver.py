@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gfd.backends import nvml_facts as facts
-from gfd.backends.host import KERNEL_MODULE_VERSION, read_text
+from gfd.backends import decoding
+from gfd.backends.host import KERNEL_MODULE_VERSION, kernel_module_version, read_text
 from gfd.backends.tegra import TEGRA_RELEASE
 from gfd.doctor.model import Context, Finding
 
@@ -27,10 +27,8 @@ def check(ctx: Context) -> list[Finding]:
 
 def check_pci(ctx: Context) -> list[Finding]:
     modules = loaded_modules(ctx)
-    text = read_text(ctx.path(KERNEL_MODULE_VERSION)) or ""
-    version, open_module = facts.kernel_module_version(text), facts.is_open_kernel_module(text)
-    if version is None:  # the sysfs copy of the version, present whenever the module is loaded
-        version = (read_text(ctx.path("sys/module/nvidia/version")) or "").strip() or None
+    version = kernel_module_version(ctx.host_root)
+    open_module = decoding.is_open_kernel_module(read_text(ctx.path(KERNEL_MODULE_VERSION)) or "")
     if version is None and "nvidia" not in modules:
         if "nouveau" in modules:
             return [

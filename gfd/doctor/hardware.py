@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gfd.backends import nvml_facts as facts
+from gfd.backends import decoding
 from gfd.backends.errors import BackendError
 from gfd.backends.host import NO_GPU_FIX, NO_GPU_ON_THE_BUS, PCI_DIR, scan_pci
 from gfd.backends.tegra import TegraBackend
@@ -11,9 +11,9 @@ from gfd.inventory import Inventory
 
 
 def _other_kind(pci_class: int | None) -> str:
-    if pci_class is not None and pci_class >> 8 == facts.PCI_AUDIO:
+    if pci_class is not None and pci_class >> 8 == decoding.PCI_AUDIO:
         return "audio"
-    if pci_class is not None and pci_class >> 16 == facts.PCI_BASE_BRIDGE:
+    if pci_class is not None and pci_class >> 16 == decoding.PCI_BASE_BRIDGE:
         return "bridge (NVSwitch)"
     return "other"
 
@@ -35,7 +35,7 @@ def check(ctx: Context) -> list[Finding]:
         tegra = None
     if tegra is not None and tegra.jetson is not None:
         jetson = tegra.jetson
-        ctx.jetson, ctx.jetson_facts, ctx.jetson_cuda = True, jetson, tegra.cuda_driver_version
+        ctx.tegra = tegra
         what = jetson.model or "unknown board"
         soc = f" ({jetson.soc})" if jetson.soc else ""
         return [Finding("PASS", f"Jetson with a built-in GPU: {what}{soc}")]

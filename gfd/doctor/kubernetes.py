@@ -7,15 +7,22 @@ from __future__ import annotations
 
 import os
 import socket
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from gfd.choices import MigStrategy
+from gfd.config import Settings
 from gfd.doctor.model import Context, Finding, Status
+from gfd.inventory import Inventory
+from gfd.labels import LabelOptions, build_labels, extras, mig, resource, timestamp
+from gfd.sharing_config import FULL_GPU_RESOURCE
 
 IN_CLUSTER_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
-KEY_LABELS = ("nvidia.com/gpu.present", "nvidia.com/gpu.count", "nvidia.com/gpu.product")
-IGNORED = ("nvidia.com/gfd.timestamp", "nvidia.com/gpu.replicas", "nvidia.com/gpu.sharing-strategy")
+GPU = resource.keys(FULL_GPU_RESOURCE)
+KEY_LABELS = (extras.PRESENT, GPU.count, GPU.product)
+# Set by the daemon's settings (sharing config, --with-timestamp), which the doctor does not know.
+IGNORED = (timestamp.TIMESTAMP, GPU.replicas, GPU.sharing_strategy)
 TIMEOUT_S = 10
 
 
@@ -145,52 +152,43 @@ def _api_error(err: Any, what: str, item: str | None = None) -> Finding:
     return Finding("FAIL", f"reading {what} failed: HTTP {status} {getattr(err, 'reason', '')}", item=item)
 
 
-def expected_labels(ctx: Context, node_labels: dict[str, str]) -> dict[str, str]:
-    """What gfd would label now: the labelers over a fresh probe, or the key facts if the probe fails."""
-    from gfd.backends import detect
-    from gfd.backends.errors import BackendError
-    from gfd.labels import LabelOptions, build_labels
-    from gfd.labels.sanitize import product
-
-    try:
-        # ``auto`` probes NVML to choose it: that one probe's inventory is the one labelled.
-        backend, inventory = detect("auto", host_root=ctx.host_root)
-        strategy = node_labels.get("nvidia.com/mig.strategy")
-        mig: MigStrategy = "single" if strategy == "single" else "mixed" if strategy == "mixed" else "none"
-        opts = LabelOptions(mig_strategy=mig, sharing=None, timestamp=None, with_vgpu=False)
-        labels: dict[str, str] = build_labels(inventory or backend.probe(), opts)
-        return labels
-    except BackendError:  # compare what this run's lower layers saw
-        pass
-    out = {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.count": str(ctx.gpu_count)}
-    if ctx.nvml_gpu_names and len(set(ctx.nvml_gpu_names)) == 1:
-        out["nvidia.com/gpu.product"] = product(ctx.nvml_gpu_names[0])
-    return out
+def expected_labels(inventory: Inventory, node_labels: dict[str, str]) -> dict[str, str]:
+    """What gfd would label now: its labelers over what the lower layers probed, by the node's MIG
+    strategy."""
+    strategy = node_labels.get(mig.STRATEGY)
+    mig_strategy: MigStrategy = (
+        "single" if strategy == "single" else "mixed" if strategy == "mixed" else "none"
+    )
+    # The other settings as the daemon's defaults; those the node may differ by are in IGNORED.
+    opts = LabelOptions.from_settings(Settings(mig_strategy=mig_strategy), datetime.now(UTC))
+    return build_labels(inventory, opts)
 
 
 def check_labels(ctx: Context, name: str, labels: dict[str, str]) -> Finding:
-    if "nvidia.com/gpu.present" not in labels:
+    if extras.PRESENT not in labels:
         return Finding(
             "FAIL",
-            f"node {name} has none of this project's labels (no nvidia.com/gpu.present)",
+            f"node {name} has none of this project's labels (no {extras.PRESENT})",
             "check that the gpu-labeller DaemonSet runs on this node: `kubectl -n gpu-labeller get "
             "pods -o wide`",
             item="labels",
         )
-    if labels.get("nvidia.com/gpu.simulated") == "true":
+    if labels.get(extras.SIMULATED) == "true":
         return Finding(
             "WARN",
             f"node {name} carries simulated labels (mock backend)",
             "run gfd with --backend auto on GPU nodes",
             item="labels",
         )
-    want = expected_labels(ctx, labels)
+    if ctx.labelled is None:  # the layers below had nothing to probe with; then this layer is skipped
+        return Finding("SKIP", "no probe of this host to compare the labels with", item="labels")
+    want = expected_labels(ctx.labelled, labels)
     diffs: list[tuple[str, str | None, str]] = []
     for key, value in sorted(want.items()):
         have = labels.get(key)
         if key in IGNORED:
             continue
-        if key == "nvidia.com/gpu.product" and have is not None and have.removesuffix("-SHARED") == value:
+        if key == GPU.product and have is not None and have.removesuffix("-SHARED") == value:
             continue
         if have != value:
             diffs.append((key, have, value))
@@ -207,7 +205,7 @@ def check_labels(ctx: Context, name: str, labels: dict[str, str]) -> Finding:
 
 
 def check_allocatable(name: str, allocatable: dict[str, str]) -> Finding:
-    gpus = {k: v for k, v in allocatable.items() if k.startswith(("nvidia.com/gpu", "nvidia.com/mig-"))}
+    gpus = {k: v for k, v in allocatable.items() if k.startswith((FULL_GPU_RESOURCE, "nvidia.com/mig-"))}
     total = 0
     for value in gpus.values():
         try:

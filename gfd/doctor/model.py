@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Literal
 
 from gfd.backends.host import PciGpu
-from gfd.inventory import JetsonFacts
+from gfd.inventory import Device, Inventory, JetsonFacts
 
 Status = Literal["PASS", "WARN", "FAIL", "SKIP"]
 
@@ -55,15 +55,10 @@ class Context:
     kubeconfig: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
     # filled in as the layers run
-    jetson: bool = False
-    jetson_facts: JetsonFacts | None = None
-    jetson_cuda: int | None = None  # the CUDA release JetPack installed, in NVML's encoding (12060 = 12.6)
+    tegra: Inventory | None = None  # the tegra backend's probe, on a Jetson only
     pci_gpus: list[PciGpu] = field(default_factory=list)
     kernel_version: str | None = None
-    nvml_version: str | None = None
-    cuda_driver_version: int | None = None  # NVML's integer, 12040 = CUDA 12.4
-    nvml_gpu_names: list[str] = field(default_factory=list)
-    nvml_minors: list[int] = field(default_factory=list)  # /dev/nvidia<minor> of each GPU
+    nvml: Inventory | None = None  # the NVML backend's probe, when NVML started
     nvidia_runtime_default: bool = False
 
     def path(self, rel: str) -> Path:
@@ -74,9 +69,27 @@ class Context:
         return "/" + rel.lstrip("/")
 
     @property
+    def jetson(self) -> bool:
+        return self.tegra is not None
+
+    @property
+    def jetson_facts(self) -> JetsonFacts | None:
+        return self.tegra.jetson if self.tegra is not None else None
+
+    @property
+    def nvml_devices(self) -> tuple[Device, ...]:
+        return self.nvml.devices if self.nvml is not None else ()
+
+    @property
+    def labelled(self) -> Inventory | None:
+        """The inventory gfd labels on this host, as ``--backend auto`` chooses: a Jetson's tegra files,
+        else NVML."""
+        return self.tegra if self.tegra is not None else self.nvml
+
+    @property
     def gpu_count(self) -> int:
-        if self.nvml_gpu_names:
-            return len(self.nvml_gpu_names)
+        if self.nvml_devices:
+            return len(self.nvml_devices)
         if self.jetson:
             return 1
         return len(self.pci_gpus)

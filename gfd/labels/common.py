@@ -5,10 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from gfd.choices import MigStrategy
 from gfd.inventory import Device, Inventory, MigDevice
 from gfd.sharing_config import SharingConfig
+
+if TYPE_CHECKING:
+    from gfd.config import Settings
 
 Labels = dict[str, str]
 
@@ -19,6 +23,16 @@ class LabelOptions:
     sharing: SharingConfig | None = None  # None: no config file, nothing is shared
     timestamp: datetime | None = None  # set: label nvidia.com/gfd.timestamp
     with_vgpu: bool = False
+
+    @classmethod
+    def from_settings(cls, settings: Settings, now: datetime) -> LabelOptions:
+        """The options ``settings`` ask for, for a labelling pass at ``now``."""
+        return cls(
+            mig_strategy=settings.mig_strategy,
+            sharing=settings.sharing,
+            timestamp=now if settings.label_timestamp else None,
+            with_vgpu=settings.with_vgpu,
+        )
 
     @property
     def sharing_or_default(self) -> SharingConfig:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gfd.backends.nvml_facts import PCI_3D_CONTROLLER, PCI_VGA_CONTROLLER
+from gfd.backends.decoding import PCI_3D_CONTROLLER, PCI_VGA_CONTROLLER
 from gfd.inventory import Device, Inventory
 from gfd.labels import resource
 from gfd.labels.common import LabelOptions, Labels, mig_on

@@ -9,15 +9,17 @@ from gfd.labels.device import by_model
 from k8slabels import MAX_NAME
 
 COUNT_KEY = "gpu.count."  # nvidia.com/gpu.count.<sanitised model>
+PRESENT = "nvidia.com/gpu.present"
+SIMULATED = "nvidia.com/gpu.simulated"
 
 
 def present_labels(inv: Inventory, _opts: LabelOptions) -> Labels:
-    return {"nvidia.com/gpu.present": "true"} if inv.devices else {}
+    return {PRESENT: "true"} if inv.devices else {}
 
 
 def simulated_labels(inv: Inventory, _opts: LabelOptions) -> Labels:
     # Always on mock output, so a simulated node can never pass for a real one.
-    return {"nvidia.com/gpu.simulated": "true"} if inv.simulated else {}
+    return {SIMULATED: "true"} if inv.simulated else {}
 
 
 def count_key(model: str) -> str | None:

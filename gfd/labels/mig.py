@@ -22,6 +22,8 @@ from gfd.sharing_config import FULL_GPU_RESOURCE, SharingConfig
 
 log = logging.getLogger("gfd.labels")
 
+STRATEGY = "nvidia.com/mig.strategy"
+
 
 def capable_labels(inv: Inventory, _opts: LabelOptions) -> Labels:
     if not inv.devices:
@@ -34,7 +36,7 @@ def strategy_labels(inv: Inventory, opts: LabelOptions) -> Labels:
     strategy = opts.mig_strategy
     if not inv.devices or strategy == "none":
         return {}
-    labels: Labels = {"nvidia.com/mig.strategy": strategy}
+    labels: Labels = {STRATEGY: strategy}
     if strategy == "single":
         return labels | _single_labels(inv, opts.sharing_or_default)
     return labels | _mixed_labels(inv, opts.sharing_or_default)

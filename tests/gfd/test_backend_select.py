@@ -1,4 +1,5 @@
-"""Which backend ``--backend`` picks, over the fake NVML library and fake Jetson host roots."""
+"""Which backend ``--backend`` picks, over the fake NVML library and fake Jetson host roots, and where the
+NVML backend finds libnvidia-ml.so.1 below a driver root."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from gfd.backends import BackendChoice, detect
+from gfd.backends import BackendChoice, detect, nvml_library
 from gfd.backends.errors import BackendError
 from gfd.backends.mock import MockBackend
 from gfd.backends.nvml import NvmlBackend
@@ -157,3 +158,28 @@ def test_explicit_backends_do_not_probe(tmp_path: Path) -> None:
     assert isinstance(nvml, NvmlBackend) and probed is None
     tegra, probed = detect("tegra", host_root=tmp_path)
     assert isinstance(tegra, TegraBackend) and probed is None
+
+
+def library(root: Path, rel: str) -> Path:
+    path = root / rel / "libnvidia-ml.so.550.54.15"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("")
+    (root / rel / "libnvidia-ml.so.1").symlink_to(path.name)
+    return path
+
+
+def test_the_library_below_a_driver_root_in_the_device_plugins_order(tmp_path: Path) -> None:
+    library(tmp_path, "usr/lib/x86_64-linux-gnu")
+    first = library(tmp_path, "usr/lib64")
+    assert nvml_library(tmp_path) == str(first)  # its links resolved, as the loader would
+
+
+def test_jetpack_6s_library_is_found_too(tmp_path: Path) -> None:
+    found = library(tmp_path, "usr/lib/aarch64-linux-gnu/nvidia")
+    assert nvml_library(tmp_path) == str(found)
+
+
+def test_no_driver_root_or_no_library_leaves_it_to_the_loader(tmp_path: Path) -> None:
+    assert nvml_library(None) is None
+    assert nvml_library(Path("/")) is None
+    assert nvml_library(tmp_path) is None

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 
-from gfd.backends.host import read_machine_type
 from gfd.inventory import Device, Inventory, JetsonFacts, VGpuInfo
 from gfd.labels import LabelOptions, build_labels
 from gfd.labels.machine import machine_value
@@ -55,13 +53,6 @@ def test_per_model_count_for_an_overlong_model_name_stays_a_valid_key() -> None:
 )
 def test_machine_value(raw: str | None, expected: str) -> None:
     assert machine_value(raw) == expected
-
-
-def test_an_empty_machine_type_file_gives_an_empty_value(tmp_path: Path) -> None:
-    empty = tmp_path / "product_name"
-    empty.write_text("\n")
-    assert read_machine_type(empty) == ""
-    assert read_machine_type(tmp_path / "absent") is None
 
 
 def test_jetson_labels() -> None:

@@ -11,7 +11,7 @@ import pynvml
 import pytest
 
 from gfd.backends import nvml_errors
-from gfd.backends.errors import BackendError
+from gfd.backends.errors import BackendError, NvmlFailed
 from gfd.backends.nvml import NvmlBackend
 from gfd.inventory import Device, Inventory, cuda_version_parts
 from gfd.labels import LabelOptions, build_labels
@@ -45,7 +45,8 @@ def _expected(profile: MachineProfile, device: Device, probed: Device) -> Device
     # A profile may leave the bus id out (the fake invents one); NVML spells it with 8 domain digits.
     bus = probed.pci_bus_id if device.pci_bus_id is None else device.pci_bus_id
     uuid = probed.uuid if device.uuid is None else device.uuid
-    return Device(**{**device.__dict__, "pci_bus_id": bus, "uuid": uuid})
+    # Profiles say nothing of device files; the fake numbers them by index (checked on its own below).
+    return Device(**{**device.__dict__, "pci_bus_id": bus, "uuid": uuid, "minor": probed.minor})
 
 
 @pytest.mark.parametrize("path", _profiles(), ids=lambda p: p.stem)
@@ -166,6 +167,20 @@ def test_an_unsupported_field_is_left_unknown(
     assert len(inv.warnings) == 1 and inv.warnings[0].startswith("GPU 0: ")
 
 
+def test_device_file_minor_numbers(monkeypatch: MP, tmp_path: Path) -> None:
+    inv = _probe(monkeypatch, tmp_path, _profile("dgx-a100-mig"))
+    assert [d.minor for d in inv.devices] == list(range(len(inv.devices)))
+
+
+@pytest.mark.parametrize("code", [pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_GPU_IS_LOST])
+def test_a_minor_number_nvml_refuses_is_unknown_without_a_warning(
+    monkeypatch: MP, tmp_path: Path, code: int
+) -> None:
+    # no label needs it: nothing the daemon does may depend on it
+    inv = _probe(monkeypatch, tmp_path, _profile("t4-cloud"), fail={"nvmlDeviceGetMinorNumber": code})
+    assert inv.devices[0].minor is None and inv.warnings == ()
+
+
 def test_jetson_nvml_without_memory(monkeypatch: MP, tmp_path: Path) -> None:
     inv = _probe(monkeypatch, tmp_path, _profile("orin-nvgpu"))
     assert inv.devices[0].name == "Orin (nvgpu)" and inv.devices[0].memory_mib is None
@@ -244,6 +259,8 @@ def test_driver_not_loaded(monkeypatch: MP, tmp_path: Path) -> None:
         NvmlBackend(host_root=tmp_path).probe()
     assert caught.value.layer == "driver"
     assert "kernel module is not loaded" in _one_line(caught.value)
+    assert isinstance(caught.value, NvmlFailed)
+    assert (caught.value.code, caught.value.at_init) == (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, True)
 
 
 def test_version_mismatch_names_both_versions(monkeypatch: MP, tmp_path: Path) -> None:
@@ -269,6 +286,9 @@ def test_gpu_lost_mid_probe(monkeypatch: MP, tmp_path: Path) -> None:
     assert caught.value.layer == "hardware"
     assert "GPU 3" in _one_line(caught.value) and "Xid" in str(caught.value)
     assert fake.init_count == 0  # closed even so
+    # the return code stays with the error, for gfd doctor's own words
+    assert isinstance(caught.value, NvmlFailed)
+    assert (caught.value.code, caught.value.at_init) == (pynvml.NVML_ERROR_GPU_IS_LOST, False)
 
 
 def test_gpu_lost_while_reading_mig_devices(monkeypatch: MP, tmp_path: Path) -> None:

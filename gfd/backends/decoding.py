@@ -118,8 +118,8 @@ def clique_id(cluster_uuid: bytes, clique: int) -> str | None:
     return f"{uuid.UUID(bytes=bytes(cluster_uuid))}.{clique}"
 
 
-def kernel_module_version(text: str) -> str | None:
-    """The version in /proc/driver/nvidia/version ("NVRM version: ... Kernel Module  550.54.15  ...")."""
+def nvrm_version(text: str) -> str | None:
+    """The version on the NVRM line of /proc/driver/nvidia/version ("... Kernel Module  550.54.15  ...")."""
     match = re.search(r"Kernel Module\b.*?\s(\d+\.\d+(?:\.\d+)?)\s", text + " ")
     return match.group(1) if match else None
 
