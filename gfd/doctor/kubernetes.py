@@ -158,7 +158,7 @@ def expected_labels(ctx: Context, node_labels: dict[str, str]) -> dict[str, str]
         strategy = node_labels.get("nvidia.com/mig.strategy")
         mig: MigStrategy = "single" if strategy == "single" else "mixed" if strategy == "mixed" else "none"
         opts = LabelOptions(mig_strategy=mig, sharing=None, timestamp=None, with_vgpu=False)
-        labels: dict[str, str] = build_labels(inventory or backend.probe(), opts)
+        labels: dict[str, str] = build_labels(inventory or backend.probe(), opts).labels
         return labels
     except BackendError:  # compare what this run's lower layers saw
         pass

@@ -20,7 +20,7 @@ def gfd_labels(root: Path) -> dict[str, str]:
     from gfd.labels import LabelOptions, build_labels
 
     backend, inventory = detect("auto", host_root=root)
-    return build_labels(inventory or backend.probe(), LabelOptions())
+    return build_labels(inventory or backend.probe(), LabelOptions()).labels
 
 
 @pytest.fixture
