@@ -88,7 +88,7 @@ def run_case(profile: MachineProfile, strategy: str, repeat: int) -> dict[str, f
         opts = LabelOptions(mig_strategy=strategy)  # type: ignore[arg-type]
         labels = 0
         for _ in range(3):  # warm-up: imports, caches
-            labels = len(build_labels(backend.probe(), opts))
+            labels = len(build_labels(backend.probe(), opts).labels)
         fake.calls.clear()
         wall, cpu = [], []
         for _ in range(repeat):

@@ -15,7 +15,6 @@ import sys
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
 
 if TYPE_CHECKING:
-    import logging
     from collections.abc import Sequence
 
 
@@ -33,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 128 + signal.SIGINT
 
 
-def _setup_logging(level: int) -> logging.Handler:
+def _setup_logging(level: int) -> None:
     import logging
 
     class OneLine(logging.Formatter):
@@ -46,7 +45,6 @@ def _setup_logging(level: int) -> logging.Handler:
     root.handlers[:] = [handler]
     root.setLevel(level)
     root.propagate = False
-    return handler
 
 
 def _main(args: list[str]) -> int:
@@ -60,7 +58,7 @@ def _main(args: list[str]) -> int:
 
     from gfd.config import ConfigError, load_settings
 
-    handler = _setup_logging(logging.WARNING)
+    _setup_logging(logging.WARNING)
     log = logging.getLogger("gfd")
     try:
         settings = load_settings(args, os.environ)
@@ -68,7 +66,7 @@ def _main(args: list[str]) -> int:
         print(f"gfd: error: {err}", file=sys.stderr)
         return 2
     if not settings.oneshot:
-        handler = _setup_logging(logging.DEBUG if os.environ.get("GFD_DEBUG") else logging.INFO)
+        _setup_logging(logging.DEBUG if os.environ.get("GFD_DEBUG") else logging.INFO)
     if settings.use_node_feature_api:
         log.warning(
             "--use-node-feature-api: gfd has no Kubernetes identity to publish NodeFeature objects with; "
@@ -122,6 +120,5 @@ def _main(args: list[str]) -> int:
         settings.mig_strategy,
     )
     daemon = Daemon(settings, metrics=metrics, reload_fn=lambda: load_settings(args, os.environ))
-    handler.addFilter(daemon.repeat_filter)
     daemon.install_signal_handlers()
     return daemon.run()

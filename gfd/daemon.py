@@ -6,6 +6,9 @@
   pass, so a driver installed after start-up is picked up without a restart.
 - A failed pass writes nothing: the last good labels stay until they expire,
   never replaced by wrong ones.
+- A node that stays broken does not fill the log: each warning (the
+  backend's and the labelers') and each failure is said once while it
+  repeats, again after it went away and came back, and the recovery once.
 - SIGTERM/SIGINT end the loop between passes (never mid-write) and leave the
   file in place, so labels survive a rollout; the expiry cleans up after a
   daemon that is gone for good. SIGHUP re-reads the settings and config file.
@@ -24,21 +27,15 @@ from gfd.backends.host import with_machine_type
 from gfd.config import Settings
 from gfd.expiry import ExpiryPolicy
 from gfd.inventory import Inventory
+from gfd.labels import LabelOptions, build_labels
 from gfd.loopcontrol import LoopControl
 from gfd.metrics import Metrics
-from gfd.repeatlog import FailureLog, RepeatFilter
 from gfd.writer import FeatureFile
+from saidonce import SaidOnce
 
 log = logging.getLogger("gfd")
 
-LabelFn = Callable[[Inventory, Settings, datetime], dict[str, str]]
 RETRY_WHEN_IDLE = timedelta(seconds=60)  # retry pace after a failure when the sleep interval is infinite
-
-
-def build_labels_for(inv: Inventory, settings: Settings, now: datetime) -> dict[str, str]:
-    from gfd.labels import LabelOptions, build_labels
-
-    return build_labels(inv, LabelOptions.from_settings(settings, now))
 
 
 def reread_settings(current: Settings, reload_fn: Callable[[], Settings] | None) -> Settings | None:
@@ -77,7 +74,6 @@ class Daemon:
         *,
         metrics: Metrics | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-        label_fn: LabelFn = build_labels_for,
         detect_fn: Callable[..., tuple[Backend, Inventory | None]] = detect,
         reload_fn: Callable[[], Settings] | None = None,
     ) -> None:
@@ -85,13 +81,12 @@ class Daemon:
         self.reload_fn = reload_fn  # re-reads flags, environment and config file (on SIGHUP)
         self.metrics = metrics or Metrics()
         self.clock = clock
-        self.label_fn = label_fn
         self.detect_fn = detect_fn
         self.backend: Backend | None = None
         self.succeeded = False
         self.control = LoopControl()
-        self.repeat_filter = RepeatFilter()  # for the log handler: warnings that repeat every pass
-        self.failures = FailureLog(log)
+        self.warnings: SaidOnce[str] = SaidOnce()  # the backend's and the labelers', pass after pass
+        self.failures: SaidOnce[str] = SaidOnce()  # the failed pass's one line; none while passes succeed
         # Starts from what the file holds, so a restarted daemon does not rewrite an up-to-date file.
         self.output = FeatureFile(settings.output_file)
 
@@ -117,34 +112,46 @@ class Daemon:
             raise
         self.backend = backend
         if not inv.devices and inv.backend == "nvml":
-            log.warning("no NVIDIA GPU found: NVML loaded but reports no devices; writing no GPU labels")
+            # A warning like the backend's own, so that it is said once while it lasts, not every pass.
+            empty = "no NVIDIA GPU found: NVML loaded but reports no devices; writing no GPU labels"
+            inv = dataclasses.replace(inv, warnings=(*inv.warnings, empty))
         return with_machine_type(inv, self.settings.machine_type_file)
 
     def run_pass(self) -> PassResult:
         now = self.clock()
-        self.repeat_filter.new_pass()
         try:
             inv = self.probe()
-            labels = self.label_fn(inv, self.settings, now)
+            labelled = build_labels(inv, LabelOptions.from_settings(self.settings, now))
         except BackendError as err:
-            return self._failed(err.layer, str(err), now)
+            return self._failed_unlabelled(err.layer, str(err), now)
         except Exception as err:  # a bug must not kill the daemon nor write half-made labels
             log.debug("unexpected error in a pass", exc_info=True)
-            return self._failed("internal", f"internal: {type(err).__name__}: {err}", now)
-        for warning in inv.warnings:
-            log.warning("%s", warning)
+            return self._failed_unlabelled("internal", f"internal: {type(err).__name__}: {err}", now)
+        self._warn((*inv.warnings, *labelled.warnings))
+        labels = labelled.labels
         try:
             written = self._write_if_needed(labels, now)
         except OSError as err:
             where = self.settings.output_file
             return self._failed("output", f"output: cannot write {where}: {err.strerror or err}", now)
-        self.failures.succeeded(inv.backend)
+        if self.failures.update(()).recovered:
+            log.info("pass succeeded again (backend %s)", inv.backend)
         self.succeeded = True
         self.metrics.pass_done(ok=True, layer=None, labels=len(labels), now=now.timestamp())
         return PassResult(ok=True, labels=labels, written=written)
 
+    def _warn(self, warnings: tuple[str, ...]) -> None:
+        for warning in self.warnings.update(warnings).new:
+            log.warning("%s", warning)
+
+    def _failed_unlabelled(self, layer: str, line: str, now: datetime) -> PassResult:
+        # A pass that got no labels has no warnings: whatever comes back after it is said again.
+        self._warn(())
+        return self._failed(layer, line, now)
+
     def _failed(self, layer: str, line: str, now: datetime) -> PassResult:
-        self.failures.failed(line, labels_kept=bool(self.output.labels))
+        if self.failures.update((line,)).new:
+            log.error("%s%s", line, "; the labels already written stay" if self.output.labels else "")
         self.metrics.pass_done(ok=False, layer=layer, labels=None, now=now.timestamp())
         return PassResult(ok=False, error=line, layer=layer)
 

@@ -23,9 +23,13 @@ from nfd_lite.client import (
     explain,
 )
 from nfd_lite.metrics import WriterMetrics
+from saidonce import SaidOnce
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# A 401/403 is said when it starts and again every 10 minutes while it lasts: one clear line, not one per
+# retry, that a long outage still keeps in view.
+REFUSAL_REPEAT_AFTER = 600.0
 
 
 class Stopped(Exception):
@@ -77,7 +81,9 @@ class RetryPolicy:
         self.stop = stop or threading.Event()
         self.metrics = metrics
         self.outage = outage
-        self._auth_logged: dict[str, float] = {}
+        self._refused: dict[str, str] = {}  # verb -> the 401/403 line its calls are stuck on
+        self._refusals: SaidOnce[str] = SaidOnce(repeat_after=REFUSAL_REPEAT_AFTER)
+        self._refusals_lock = threading.Lock()  # the Node watch and the main loop retry side by side
 
     def wait(self, retry_state: RetryCallState, bounded: bool) -> float:
         # "Equal jitter": half to all of 0.1 s * 2^n, at most max_backoff.
@@ -101,16 +107,22 @@ class RetryPolicy:
     def _failed(self, retry_state: RetryCallState, verb: str) -> None:
         err = retry_state.outcome.exception() if retry_state.outcome else None
         if isinstance(err, AccessDenied):
-            line = explain(err)
-            now = time.monotonic()
-            if now - self._auth_logged.get(line, -1e9) > 600:  # one clear line, not one per retry
-                self._auth_logged[line] = now
+            with self._refusals_lock:
+                self._refused[verb] = explain(err)
+                lines = self._refusals.update(self._refused.values()).new
+            for line in lines:
                 log.error("%s", line)
         elif isinstance(err, ApiError):
             if not isinstance(err, Conflict):
                 log.warning("%s failed (%s): %s", verb, err.code, err.message)
         elif err is not None:
             log.exception("%s failed unexpectedly", verb, exc_info=err)
+
+    def _allowed(self, verb: str) -> None:
+        """A call of ``verb`` succeeded: a refusal it was stuck on is over, and said again if it returns."""
+        with self._refusals_lock:
+            if self._refused.pop(verb, None) is not None:
+                self._refusals.update(self._refused.values())
 
     def _retryable(self, err: BaseException) -> bool:
         # Only failures are retried: Ctrl-C, a stop or a final failure end the call at once.
@@ -141,6 +153,7 @@ class RetryPolicy:
                 raise
             if self.outage is not None:
                 self.outage.answered()
+            self._allowed(verb)
             return result
 
         return retrying(counted)

@@ -161,7 +161,7 @@ def expected_labels(inventory: Inventory, node_labels: dict[str, str]) -> dict[s
     )
     # The other settings as the daemon's defaults; those the node may differ by are in IGNORED.
     opts = LabelOptions.from_settings(Settings(mig_strategy=mig_strategy), datetime.now(UTC))
-    return build_labels(inventory, opts)
+    return build_labels(inventory, opts).labels
 
 
 def check_labels(ctx: Context, name: str, labels: dict[str, str]) -> Finding:

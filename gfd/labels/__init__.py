@@ -5,21 +5,18 @@ small module; each decides itself whether it applies (a node without GPUs gets
 no device labels, as from NVIDIA's GFD). ``collect_labels`` merges them in
 NVIDIA GFD's order, later ones overriding earlier ones (as the MIG labels
 override the full-GPU ones); ``build_labels`` then drops, with a warning, any
-label Kubernetes would refuse.
+label Kubernetes would refuse. Warnings are returned with the labels
+(``LabelSet``), never logged here: the daemon says each once while it repeats.
 """
 
 from __future__ import annotations
 
-import logging
-
 from gfd.inventory import Inventory
 from gfd.labels import clique, device, extras, jetson, machine, mig, sharing, timestamp, versions, vgpu
-from gfd.labels.common import Labeler, LabelOptions, Labels
+from gfd.labels.common import Labeler, LabelOptions, Labels, LabelSet
 from k8slabels import key_problem, value_problem
 
-__all__ = ["LABELERS", "LabelOptions", "Labeler", "Labels", "build_labels", "collect_labels"]
-
-log = logging.getLogger("gfd.labels")
+__all__ = ["LABELERS", "LabelOptions", "LabelSet", "Labeler", "Labels", "build_labels", "collect_labels"]
 
 LABELERS: tuple[Labeler, ...] = (
     machine.machine_labels,
@@ -40,21 +37,24 @@ LABELERS: tuple[Labeler, ...] = (
 )
 
 
-def collect_labels(inv: Inventory, opts: LabelOptions) -> Labels:
+def collect_labels(inv: Inventory, opts: LabelOptions) -> LabelSet:
     """Every labeler's output merged, before the Kubernetes check."""
-    labels: Labels = {}
+    collected = LabelSet()
     for labeler in LABELERS:
-        labels |= labeler(inv, opts)
-    return labels
+        collected |= labeler(inv, opts)
+    return collected
 
 
-def build_labels(inv: Inventory, opts: LabelOptions) -> dict[str, str]:
-    """The node labels for ``inv``: every key and value valid by the Kubernetes rules."""
-    valid: dict[str, str] = {}
-    for key, value in collect_labels(inv, opts).items():
+def build_labels(inv: Inventory, opts: LabelOptions) -> LabelSet:
+    """The node labels for ``inv``, every key and value valid by the Kubernetes rules, and the warnings:
+    the labelers' and one for each label left out because Kubernetes would refuse it."""
+    collected = collect_labels(inv, opts)
+    valid: Labels = {}
+    warnings = list(collected.warnings)
+    for key, value in collected.labels.items():
         problem = key_problem(key) or value_problem(value)
         if problem is not None:
-            log.warning("dropping label %s=%r: %s", key, value, problem)
+            warnings.append(f"dropping label {key}={value!r}: {problem}")
             continue
         valid[key] = value
-    return valid
+    return LabelSet(valid, tuple(warnings))

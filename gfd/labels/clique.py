@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import logging
-
 from gfd.inventory import Inventory
-from gfd.labels.common import LabelOptions, Labels
-
-log = logging.getLogger("gfd.labels")
+from gfd.labels.common import LabelOptions, LabelSet
 
 
-def clique_labels(inv: Inventory, _opts: LabelOptions) -> Labels:
+def clique_labels(inv: Inventory, _opts: LabelOptions) -> LabelSet:
     cliques = {d.clique for d in inv.devices if d.clique}
     if not cliques:
-        return {}
+        return LabelSet()
     if len(cliques) > 1:
         # Same as NVIDIA: GPUs disagreeing on their fabric means no clique label at all.
-        log.warning("GPUs report different fabric cliques (%s); no clique label", ", ".join(sorted(cliques)))
-        return {}
-    return {"nvidia.com/gpu.clique": cliques.pop()}
+        warning = f"GPUs report different fabric cliques ({', '.join(sorted(cliques))}); no clique label"
+        return LabelSet(warnings=(warning,))
+    return LabelSet({"nvidia.com/gpu.clique": cliques.pop()})

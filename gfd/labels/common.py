@@ -1,9 +1,9 @@
-"""What every labeler shares: its signature, the options it reads, and small helpers."""
+"""What every labeler shares: its signature, the options it reads, what it returns, and small helpers."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -15,6 +15,22 @@ if TYPE_CHECKING:
     from gfd.config import Settings
 
 Labels = dict[str, str]
+
+
+@dataclass(frozen=True)
+class LabelSet:
+    """Labels and what was found to say about the node while making them (why a label is missing or
+    INVALID): returned, not logged, so the daemon can say each warning once while it repeats pass after pass,
+    as it does the backends' ``Inventory.warnings``."""
+
+    labels: Labels = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+
+    def __or__(self, other: LabelSet | Labels) -> LabelSet:
+        """Both together; ``other``'s labels override these, as later labelers override earlier ones."""
+        if isinstance(other, LabelSet):
+            return LabelSet(self.labels | other.labels, self.warnings + other.warnings)
+        return LabelSet(self.labels | other, self.warnings)
 
 
 @dataclass(frozen=True)
@@ -41,7 +57,8 @@ class LabelOptions:
 
 
 # One label family: it decides itself whether it applies (to a node without GPUs, to the options).
-Labeler = Callable[[Inventory, LabelOptions], Labels]
+# A labeler with something to say about the node returns a LabelSet; the others return plain labels.
+Labeler = Callable[[Inventory, LabelOptions], Labels | LabelSet]
 
 
 def mig_on(device: Device) -> bool:

@@ -13,14 +13,10 @@ the full-GPU labels stay as they are.
 
 from __future__ import annotations
 
-import logging
-
 from gfd.inventory import Device, Inventory, MigDevice
 from gfd.labels import resource, sanitize
-from gfd.labels.common import LabelOptions, Labels, flag, mig_on, mig_profile_label
+from gfd.labels.common import LabelOptions, Labels, LabelSet, flag, mig_on, mig_profile_label
 from gfd.sharing_config import FULL_GPU_RESOURCE, SharingConfig
-
-log = logging.getLogger("gfd.labels")
 
 STRATEGY = "nvidia.com/mig.strategy"
 
@@ -31,12 +27,12 @@ def capable_labels(inv: Inventory, _opts: LabelOptions) -> Labels:
     return {"nvidia.com/mig.capable": flag(any(d.mig_capable for d in inv.devices))}
 
 
-def strategy_labels(inv: Inventory, opts: LabelOptions) -> Labels:
+def strategy_labels(inv: Inventory, opts: LabelOptions) -> LabelSet:
     """``mig.strategy`` and, for single and mixed, the MIG resource labels (single overrides ``gpu.*``)."""
     strategy = opts.mig_strategy
     if not inv.devices or strategy == "none":
-        return {}
-    labels: Labels = {STRATEGY: strategy}
+        return LabelSet()
+    labels = LabelSet({STRATEGY: strategy})
     if strategy == "single":
         return labels | _single_labels(inv, opts.sharing_or_default)
     return labels | _mixed_labels(inv, opts.sharing_or_default)
@@ -53,21 +49,22 @@ def _profiles(devices: list[Device]) -> dict[str, tuple[Device, MigDevice, int]]
     return found
 
 
-def _invalid(model: str, reason: str) -> Labels:
-    log.warning("MIG strategy single does not fit this node (%s); labelling it %s-MIG-INVALID", reason, model)
-    return {
+def _invalid(model: str, reason: str) -> LabelSet:
+    labels = {
         f"{FULL_GPU_RESOURCE}.product": sanitize.product(model, "INVALID"),
         f"{FULL_GPU_RESOURCE}.count": "0",
         f"{FULL_GPU_RESOURCE}.replicas": "0",
         f"{FULL_GPU_RESOURCE}.memory": "0",
         f"{FULL_GPU_RESOURCE}.sharing-strategy": "",  # empty, as NVIDIA writes it here
     }
+    warning = f"MIG strategy single does not fit this node ({reason}); labelling it {model}-MIG-INVALID"
+    return LabelSet(labels, (warning,))
 
 
-def _single_labels(inv: Inventory, sharing: SharingConfig) -> Labels:
+def _single_labels(inv: Inventory, sharing: SharingConfig) -> LabelSet:
     enabled = [d for d in sorted(inv.devices, key=lambda d: d.index) if mig_on(d)]
     if not enabled:
-        return {}  # no GPU has MIG on: single behaves like none
+        return LabelSet()  # no GPU has MIG on: single behaves like none
     model = enabled[0].name
     if any(not d.mig_devices for d in enabled):
         return _invalid(model, "a GPU has MIG enabled but no MIG devices")
@@ -79,7 +76,7 @@ def _single_labels(inv: Inventory, sharing: SharingConfig) -> Labels:
     name, (parent, mig, count) = next(iter(profiles.items()))
     labels = resource.base(FULL_GPU_RESOURCE, count, parent.name, name, sharing)
     labels.update(resource.mig_attributes(FULL_GPU_RESOURCE, mig))
-    return labels
+    return LabelSet(labels)
 
 
 def _mixed_labels(inv: Inventory, sharing: SharingConfig) -> Labels:

@@ -8,13 +8,9 @@ replicas 1, strategy ``none``.
 
 from __future__ import annotations
 
-import logging
-
 from gfd.inventory import Inventory
-from gfd.labels.common import LabelOptions, Labels, flag, mig_on
+from gfd.labels.common import LabelOptions, LabelSet, flag, mig_on
 from gfd.sharing_config import SharingConfig, SharingStrategy
-
-log = logging.getLogger("gfd.labels")
 
 
 def replicas(config: SharingConfig | None, resource: str) -> int:
@@ -40,16 +36,16 @@ def shows_shared(config: SharingConfig | None, resource: str) -> bool:
     return not (active is not None and active.is_renamed(resource))
 
 
-def mps_labels(inv: Inventory, opts: LabelOptions) -> Labels:
+def mps_labels(inv: Inventory, opts: LabelOptions) -> LabelSet:
     """``nvidia.com/mps.capable``: true when MPS sharing is configured and no GPU has MIG on.
 
     NVIDIA GFD fails the whole labelling pass when MPS meets a MIG-enabled GPU;
     here the node just reports ``false``, with a warning saying why.
     """
     if not inv.devices:
-        return {}
+        return LabelSet()
     mps = opts.sharing_or_default.strategy() == "mps"
     if mps and any(mig_on(d) for d in inv.devices):
-        log.warning("MPS sharing is not supported on GPUs with MIG enabled; labelling mps.capable=false")
-        return {"nvidia.com/mps.capable": "false"}
-    return {"nvidia.com/mps.capable": flag(mps)}
+        warning = "MPS sharing is not supported on GPUs with MIG enabled; labelling mps.capable=false"
+        return LabelSet({"nvidia.com/mps.capable": "false"}, (warning,))
+    return LabelSet({"nvidia.com/mps.capable": flag(mps)})

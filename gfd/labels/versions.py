@@ -6,24 +6,20 @@ supports (NVML's cudaDriverVersion), not a toolkit installed on the node.
 
 from __future__ import annotations
 
-import logging
-
 from gfd.inventory import Inventory, cuda_version_parts
-from gfd.labels.common import LabelOptions, Labels
-
-log = logging.getLogger("gfd.labels")
+from gfd.labels.common import LabelOptions, Labels, LabelSet
 
 
-def driver_labels(driver_version: str | None) -> Labels:
+def driver_labels(driver_version: str | None) -> LabelSet:
     if driver_version is None:
-        return {}
+        return LabelSet()
     parts = driver_version.split(".")
     if not 2 <= len(parts) <= 3:
-        log.warning("driver version %r is not MAJOR.MINOR[.REV]; no driver version labels", driver_version)
-        return {}
+        warning = f"driver version {driver_version!r} is not MAJOR.MINOR[.REV]; no driver version labels"
+        return LabelSet(warnings=(warning,))
     major, minor = parts[0], parts[1]
     rev = parts[2] if len(parts) == 3 else ""  # NVIDIA writes an empty revision, e.g. for "470.57"
-    return {
+    labels = {
         "nvidia.com/cuda.driver.major": major,
         "nvidia.com/cuda.driver.minor": minor,
         "nvidia.com/cuda.driver.rev": rev,
@@ -32,6 +28,7 @@ def driver_labels(driver_version: str | None) -> Labels:
         "nvidia.com/cuda.driver-version.revision": rev,
         "nvidia.com/cuda.driver-version.full": driver_version,
     }
+    return LabelSet(labels)
 
 
 def cuda_labels(cuda_driver_version: int | None) -> Labels:
@@ -47,7 +44,7 @@ def cuda_labels(cuda_driver_version: int | None) -> Labels:
     }
 
 
-def version_labels(inv: Inventory, _opts: LabelOptions) -> Labels:
+def version_labels(inv: Inventory, _opts: LabelOptions) -> LabelSet:
     if not inv.devices:
-        return {}  # as NVIDIA: a node without GPUs gets no device labels
+        return LabelSet()  # as NVIDIA: a node without GPUs gets no device labels
     return driver_labels(inv.driver_version) | cuda_labels(inv.cuda_driver_version)

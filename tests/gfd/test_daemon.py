@@ -21,10 +21,9 @@ from gfd.backends.errors import BackendError
 from gfd.config import ConfigError, Settings, load_settings
 from gfd.daemon import Daemon, reread_settings
 from gfd.expiry import ExpiryPolicy
-from gfd.inventory import Inventory
+from gfd.inventory import Device, Inventory
 from gfd.loopcontrol import LoopControl
 from gfd.metrics import PrometheusMetrics
-from gfd.repeatlog import FailureLog
 from gfd.writer import read_feature_file
 
 PROFILES = Path(__file__).parent / "profiles_cli"
@@ -200,7 +199,7 @@ def test_after_a_success_failures_are_retried_even_when_init_errors_are_fatal(
     try:
         wait_for(out.exists)
         shutil.copy(PROFILES / "broken.yaml", profile)
-        wait_for(lambda: daemon.failures.last is not None)
+        wait_for(lambda: bool(daemon.failures.current))
         shutil.copy(PROFILES / "two-t4.yaml", profile)
         wait_for(lambda: "nvidia.com/gpu.count=2" in out.read_text())
     finally:
@@ -274,36 +273,68 @@ def test_sighup_rereads_the_config_file_and_relabels_at_once(profile: Path, tmp_
     assert "Traceback" not in err
 
 
-def test_a_warning_that_repeats_every_pass_is_logged_once(profile: Path, tmp_path: Path) -> None:
+class Scripted:
+    """A backend that answers each probe with the next of ``answers``: an inventory, or the error raised."""
+
+    name = "mock"
+
+    def __init__(self, *answers: Inventory | BackendError) -> None:
+        self.answers = list(answers)
+
+    def probe(self) -> Inventory:
+        answer = self.answers.pop(0)
+        if isinstance(answer, BackendError):
+            raise answer
+        return answer
+
+    def detect(self, *args: object, **kwargs: object) -> tuple[Scripted, None]:
+        return self, None
+
+
+def scripted_daemon(tmp_path: Path, backend: Scripted) -> Daemon:
+    return Daemon(settings(tmp_path / "p.yaml", tmp_path / "gfd"), clock=Clock(), detect_fn=backend.detect)
+
+
+def test_a_warning_that_repeats_every_pass_is_logged_once_per_change(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     warned = Inventory(backend="mock", driver_version="550.54.15", warnings=("GPU 0: memory not reported",))
     quiet = Inventory(backend="mock", driver_version="550.54.15")
-    answers = [warned, warned, warned, quiet, warned]
-
-    class Scripted:
-        name = "mock"
-
-        def probe(self) -> Inventory:
-            return answers.pop(0)
-
-    daemon = Daemon(
-        settings(profile, tmp_path / "gfd"), clock=Clock(), detect_fn=lambda *a, **k: (Scripted(), None)
+    failed = BackendError("profile", "unreadable")
+    daemon = scripted_daemon(
+        tmp_path, Scripted(warned, warned, warned, quiet, warned, warned, failed, warned)
     )
-    seen: list[str] = []
+    with caplog.at_level(logging.WARNING, logger="gfd"):
+        results = [daemon.run_pass().ok for _ in range(8)]
+    assert results == [True] * 6 + [False, True]
+    # Once, again after it went away and came back, and again after a pass that could not look.
+    assert caplog.messages.count("GPU 0: memory not reported") == 3
 
-    class Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            seen.append(record.getMessage())
 
-    handler = Collect()
-    handler.addFilter(daemon.repeat_filter)
-    logger = logging.getLogger("gfd")
-    logger.addHandler(handler)
-    try:
-        for _ in range(5):
-            assert daemon.run_pass().ok
-    finally:
-        logger.removeHandler(handler)
-    assert seen.count("GPU 0: memory not reported") == 2  # once, and again after it went away and came back
+def test_a_labeler_warning_is_logged_once_while_it_repeats(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    two_fabrics = tuple(Device(index=i, name="NVIDIA GB200", clique=f"u.{i}") for i in range(2))
+    one_fabric = tuple(Device(index=i, name="NVIDIA GB200", clique="u.0") for i in range(2))
+    split, joined = (Inventory(backend="mock", devices=d) for d in (two_fabrics, one_fabric))
+    daemon = scripted_daemon(tmp_path, Scripted(split, split, split, joined, split))
+    with caplog.at_level(logging.WARNING, logger="gfd"):
+        labels = [daemon.run_pass().labels or {} for _ in range(5)]
+    assert ["nvidia.com/gpu.clique" in got for got in labels] == [False, False, False, True, False]
+    warning = "GPUs report different fabric cliques (u.0, u.1); no clique label"
+    assert caplog.messages == [warning, warning]
+
+
+def test_a_node_without_gpus_says_so_once_not_every_pass(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    empty = Inventory(backend="nvml", driver_version="550.54.15")
+    daemon = scripted_daemon(tmp_path, Scripted(empty, empty, empty))
+    with caplog.at_level(logging.WARNING, logger="gfd"):
+        assert all(daemon.run_pass().ok for _ in range(3))
+    assert caplog.messages == [
+        "no NVIDIA GPU found: NVML loaded but reports no devices; writing no GPU labels"
+    ]
 
 
 def test_oneshot_always_ends_even_when_init_errors_are_not_fatal(tmp_path: Path) -> None:
@@ -361,7 +392,7 @@ def test_the_stop_message_names_the_file_only_when_there_is_one(tmp_path: Path) 
         )
         thread = threading.Thread(target=daemon.run)
         thread.start()
-        wait_for(lambda: daemon.failures.last is not None)
+        wait_for(lambda: bool(daemon.failures.current))
         daemon.stop()
         thread.join(10)
     finally:
@@ -420,21 +451,22 @@ def test_an_expiry_is_added_when_missing_and_dropped_when_no_longer_wanted() -> 
 
 
 def test_a_failure_is_logged_once_while_it_repeats_and_the_recovery_once(
-    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    failures = FailureLog(logging.getLogger("gfd"))
+    good = Inventory(backend="mock", driver_version="550.54.15")
+    not_loaded, lost = BackendError("driver", "not loaded"), BackendError("hardware", "GPU 0 lost")
+    answers = [not_loaded, good, not_loaded, not_loaded, not_loaded, lost, good, good, not_loaded]
+    daemon = scripted_daemon(tmp_path, Scripted(*answers))
     with caplog.at_level(logging.INFO, logger="gfd"):
-        for _ in range(3):
-            failures.failed("driver: not loaded", labels_kept=True)
-        failures.failed("hardware: GPU 0 lost", labels_kept=False)
-        failures.succeeded("nvml")
-        failures.succeeded("nvml")
-        failures.failed("driver: not loaded", labels_kept=False)
-    assert [r.getMessage() for r in caplog.records] == [
-        "driver: not loaded; the labels already written stay",
-        "hardware: GPU 0 lost",
-        "pass succeeded again (backend nvml)",
+        for _ in answers:
+            daemon.run_pass()
+    assert caplog.messages == [
         "driver: not loaded",
+        "pass succeeded again (backend mock)",
+        "driver: not loaded; the labels already written stay",
+        "hardware: GPU 0 lost; the labels already written stay",
+        "pass succeeded again (backend mock)",
+        "driver: not loaded; the labels already written stay",
     ]
 
 

@@ -44,7 +44,7 @@ def profile_names() -> list[str]:
 def render(profile: str, strategy: str, sharing: str | None = None) -> str:
     inv = load_machine_profile(PROFILES / f"{profile}.yaml").to_inventory()
     config = load_plugin_config(PROFILES / "sharing" / f"{sharing}.yaml").sharing if sharing else None
-    labels = build_labels(inv, LabelOptions(mig_strategy=strategy, sharing=config))  # type: ignore[arg-type]
+    labels = build_labels(inv, LabelOptions(mig_strategy=strategy, sharing=config)).labels  # type: ignore[arg-type]
     return "".join(f"{key}={value}\n" for key, value in sorted(labels.items()))
 
 

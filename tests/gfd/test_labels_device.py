@@ -21,7 +21,7 @@ def gpu(index: int, name: str = "Tesla T4", **kwargs: object) -> Device:
 
 
 def labels(*devices: Device) -> dict[str, str]:
-    return build_labels(Inventory(backend="nvml", devices=devices), LabelOptions())
+    return build_labels(Inventory(backend="nvml", devices=devices), LabelOptions()).labels
 
 
 @pytest.mark.parametrize(
@@ -120,7 +120,7 @@ def test_a_node_without_gpus_gets_only_what_needs_no_gpu() -> None:
     inv = Inventory(backend="mock", driver_version="550.54.15", cuda_driver_version=12040, machine="DGX")
     for strategy in get_args(MigStrategy):
         opts = LabelOptions(mig_strategy=strategy, sharing=mps, timestamp=when, with_vgpu=True)
-        assert build_labels(inv, opts) == {
+        assert build_labels(inv, opts).labels == {
             "nvidia.com/gpu.simulated": "true",
             "nvidia.com/gfd.timestamp": str(int(when.timestamp())),
         }

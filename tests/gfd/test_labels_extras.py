@@ -14,7 +14,7 @@ T4 = Device(index=0, name="Tesla T4", memory_mib=15360, compute_capability=(7, 5
 
 
 def labels(inv: Inventory, **opts: object) -> dict[str, str]:
-    return build_labels(inv, LabelOptions(**opts))  # type: ignore[arg-type]
+    return build_labels(inv, LabelOptions(**opts)).labels  # type: ignore[arg-type]
 
 
 def test_present_on_gpu_nodes_only() -> None:
@@ -101,7 +101,9 @@ def test_no_clique_when_gpus_disagree() -> None:
         Device(index=0, name="NVIDIA GB200", clique="u.1"),
         Device(index=1, name="NVIDIA GB200", clique="u.2"),
     )
-    assert "nvidia.com/gpu.clique" not in labels(Inventory(backend="nvml", devices=devs))
+    got = build_labels(Inventory(backend="nvml", devices=devs), LabelOptions())
+    assert "nvidia.com/gpu.clique" not in got.labels
+    assert got.warnings == ("GPUs report different fabric cliques (u.1, u.2); no clique label",)
 
 
 def test_timestamp_only_when_asked_for() -> None:
@@ -111,8 +113,9 @@ def test_timestamp_only_when_asked_for() -> None:
     assert labels(inv, timestamp=when)["nvidia.com/gfd.timestamp"] == str(int(when.timestamp()))
 
 
-def test_invalid_values_are_dropped_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+def test_invalid_values_are_dropped_with_a_warning() -> None:
     dev = Device(index=0, name="NVIDIA GB200", clique="not a valid/value")
-    got = labels(Inventory(backend="nvml", devices=(dev,)))
-    assert "nvidia.com/gpu.clique" not in got
-    assert "dropping label nvidia.com/gpu.clique" in caplog.text
+    got = build_labels(Inventory(backend="nvml", devices=(dev,)), LabelOptions())
+    assert "nvidia.com/gpu.clique" not in got.labels
+    (warning,) = got.warnings
+    assert warning.startswith("dropping label nvidia.com/gpu.clique='not a valid/value': ")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 
 from gfd.inventory import Device, Inventory, MigDevice
@@ -30,7 +28,8 @@ def a100(index: int, *migs: MigDevice, enabled: bool = True) -> Device:
 
 
 def labels(strategy: str, *devices: Device) -> dict[str, str]:
-    return build_labels(Inventory(backend="nvml", devices=devices), LabelOptions(mig_strategy=strategy))  # type: ignore[arg-type]
+    opts = LabelOptions(mig_strategy=strategy)  # type: ignore[arg-type]
+    return build_labels(Inventory(backend="nvml", devices=devices), opts).labels
 
 
 def test_none_labels_mig_gpus_as_full_gpus_without_replicas() -> None:
@@ -74,15 +73,17 @@ def test_single_without_mig_enabled_behaves_like_none() -> None:
         pytest.param((a100(0, ONE_G), a100(1)), id="mig-enabled-but-empty"),
     ],
 )
-def test_single_invalid_cases(devices: tuple[Device, ...], caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="gfd.labels"):
-        got = labels("single", *devices)
+def test_single_invalid_cases(devices: tuple[Device, ...]) -> None:
+    labelled = build_labels(Inventory(backend="nvml", devices=devices), LabelOptions(mig_strategy="single"))
+    got = labelled.labels
     assert got["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB-MIG-INVALID"
     assert got["nvidia.com/gpu.count"] == "0"
     assert got["nvidia.com/gpu.replicas"] == "0"
     assert got["nvidia.com/gpu.memory"] == "0"
     assert got["nvidia.com/gpu.sharing-strategy"] == ""  # empty, as NVIDIA writes it
-    assert "MIG-INVALID" in caplog.text
+    (warning,) = labelled.warnings
+    assert warning.startswith("MIG strategy single does not fit this node (")
+    assert warning.endswith("); labelling it NVIDIA A100-SXM4-40GB-MIG-INVALID")
 
 
 def test_mixed_gives_one_resource_per_profile() -> None:

@@ -80,7 +80,7 @@ CORE = ("product", "count", "replicas", "sharing-strategy")
 @settings(max_examples=100, deadline=None)
 @given(inventories(), options)
 def test_every_label_is_valid(inv: Inventory, opts: LabelOptions) -> None:
-    for key, value in build_labels(inv, opts).items():
+    for key, value in build_labels(inv, opts).labels.items():
         assert key_problem(key) is None, key
         assert value_problem(value) is None, (key, value)
 
@@ -88,7 +88,7 @@ def test_every_label_is_valid(inv: Inventory, opts: LabelOptions) -> None:
 @settings(max_examples=100, deadline=None)
 @given(inventories(), options)
 def test_core_labels_are_made_valid_not_dropped(inv: Inventory, opts: LabelOptions) -> None:
-    raw = collect_labels(inv, opts)
+    raw = collect_labels(inv, opts).labels
     # products, counts and the like are fitted by construction; the final filter must never need to drop them
     for key, value in raw.items():
         if key.rsplit(".", 1)[-1] in ("product", "count", "replicas", "sharing-strategy"):
@@ -97,7 +97,7 @@ def test_core_labels_are_made_valid_not_dropped(inv: Inventory, opts: LabelOptio
             assert key_problem(key) is None, key  # incl. nvidia.com/gpu.count.<model>
         if key.startswith("nvidia.com/jetson."):
             assert value_problem(value) is None, (key, value)
-    labels = build_labels(inv, opts)
+    labels = build_labels(inv, opts).labels
     if inv.devices:
         for name in CORE:
             assert f"nvidia.com/gpu.{name}" in labels
@@ -107,7 +107,9 @@ def test_core_labels_are_made_valid_not_dropped(inv: Inventory, opts: LabelOptio
 
 @settings(max_examples=60, deadline=None)
 @given(inventories(), options, st.randoms(use_true_random=False))
-def test_device_order_does_not_change_labels(inv: Inventory, opts: LabelOptions, rnd: random.Random) -> None:
+def test_device_order_does_not_change_labels_or_warnings(
+    inv: Inventory, opts: LabelOptions, rnd: random.Random
+) -> None:
     shuffled = list(inv.devices)
     rnd.shuffle(shuffled)
     other = replace(inv, devices=tuple(shuffled))

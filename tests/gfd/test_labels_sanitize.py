@@ -57,7 +57,7 @@ def test_overlong_gpu_name_still_labels_the_node() -> None:
     # NVIDIA GFD writes a 67-character product here and the label silently vanishes.
     name = "NVIDIA RTX PRO 6000 Blackwell Server Edition With A Long Suffix Ab"
     inv = Inventory(backend="nvml", devices=(Device(index=0, name=name, memory_mib=1),))
-    labels = build_labels(inv, LabelOptions())
+    labels = build_labels(inv, LabelOptions()).labels
     assert labels["nvidia.com/gpu.product"].startswith("NVIDIA-RTX-PRO-6000-Blackwell")
     assert len(labels["nvidia.com/gpu.product"]) == 63
 

@@ -24,7 +24,8 @@ def shared(
 
 def labels(sharing: SharingConfig | None, *devices: Device, strategy: str = "none") -> dict[str, str]:
     inv = Inventory(backend="nvml", devices=devices or (T4,))
-    return build_labels(inv, LabelOptions(mig_strategy=strategy, sharing=sharing))  # type: ignore[arg-type]
+    opts = LabelOptions(mig_strategy=strategy, sharing=sharing)  # type: ignore[arg-type]
+    return build_labels(inv, opts).labels
 
 
 def test_no_config_means_one_replica_and_no_sharing() -> None:
@@ -72,9 +73,13 @@ def test_mps_takes_precedence_over_time_slicing() -> None:
     assert (got["nvidia.com/gpu.sharing-strategy"], got["nvidia.com/gpu.replicas"]) == ("mps", "2")
 
 
-def test_mps_is_not_capable_with_mig_enabled() -> None:
-    got = labels(SharingConfig(mps=shared(replicas=2)), A100_MIG)
-    assert got["nvidia.com/mps.capable"] == "false"
+def test_mps_is_not_capable_with_mig_enabled_and_a_warning_says_why() -> None:
+    inv = Inventory(backend="nvml", devices=(A100_MIG,))
+    got = build_labels(inv, LabelOptions(sharing=SharingConfig(mps=shared(replicas=2))))
+    assert got.labels["nvidia.com/mps.capable"] == "false"
+    assert got.warnings == (
+        "MPS sharing is not supported on GPUs with MIG enabled; labelling mps.capable=false",
+    )
 
 
 def test_mig_single_shares_the_mig_devices() -> None:

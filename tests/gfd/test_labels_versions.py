@@ -9,7 +9,7 @@ GPU = (Device(index=0, name="Tesla T4", memory_mib=15360, compute_capability=(7,
 
 
 def labels(**kwargs: object) -> dict[str, str]:
-    return build_labels(Inventory(backend="nvml", devices=GPU, **kwargs), LabelOptions())  # type: ignore[arg-type]
+    return build_labels(Inventory(backend="nvml", devices=GPU, **kwargs), LabelOptions()).labels  # type: ignore[arg-type]
 
 
 def test_driver_version_in_old_and_new_keys() -> None:
@@ -26,9 +26,10 @@ def test_two_part_driver_version_has_an_empty_revision() -> None:
     assert got["nvidia.com/cuda.driver-version.full"] == "470.57"
 
 
-def test_malformed_driver_version_gives_no_driver_labels() -> None:
-    got = labels(driver_version="550")
-    assert not any(k.startswith("nvidia.com/cuda.driver") for k in got)
+def test_malformed_driver_version_gives_no_driver_labels_and_a_warning() -> None:
+    got = build_labels(Inventory(backend="nvml", devices=GPU, driver_version="550"), LabelOptions())
+    assert not any(k.startswith("nvidia.com/cuda.driver") for k in got.labels)
+    assert got.warnings == ("driver version '550' is not MAJOR.MINOR[.REV]; no driver version labels",)
 
 
 def test_cuda_version_from_nvml_integer() -> None:

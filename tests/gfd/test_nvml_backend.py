@@ -68,9 +68,9 @@ def test_labels_match_the_simulated_node(monkeypatch: MP, tmp_path: Path, path: 
     profile = load_machine_profile(path)
     inv = dataclasses.replace(_probe(monkeypatch, tmp_path, profile), machine=profile.machine)
     opts = LabelOptions(mig_strategy=strategy, with_vgpu=True)  # type: ignore[arg-type]
-    mock = build_labels(profile.to_inventory(), opts)
+    mock = build_labels(profile.to_inventory(), opts).labels
     assert mock.pop("nvidia.com/gpu.simulated") == "true"
-    assert build_labels(inv, opts) == mock
+    assert build_labels(inv, opts).labels == mock
 
 
 def test_the_probe_always_closes_nvml(monkeypatch: MP, tmp_path: Path) -> None:

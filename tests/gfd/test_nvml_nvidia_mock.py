@@ -101,6 +101,6 @@ def test_vgpu_present_follows_the_virtualization_mode(monkeypatch: MP, mode: str
     inv, want = _probe(monkeypatch, "dgxh100", virtualization_mode=mode)
     assert want["virtualization_mode"] == {"none": 0, "passthrough": 1, "vgpu": 2, "host-vgpu": 3}[mode]
     assert {d.vgpu_guest for d in inv.devices} == {present == "true"}
-    labels = build_labels(inv, LabelOptions())
+    labels = build_labels(inv, LabelOptions()).labels
     assert labels["nvidia.com/vgpu.present"] == present
     assert not any(k.startswith("nvidia.com/vgpu.host-driver") for k in labels)

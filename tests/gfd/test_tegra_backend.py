@@ -304,7 +304,7 @@ def test_thors_openrm_driver_version_gives_nvidias_driver_labels(tmp_path: Path)
     )
     inv = TegraBackend(root).probe()
     assert inv.driver_version == "580.00"
-    labels = build_labels(inv, LabelOptions())
+    labels = build_labels(inv, LabelOptions()).labels
     assert labels["nvidia.com/cuda.driver.major"] == labels["nvidia.com/cuda.driver-version.major"] == "580"
     assert labels["nvidia.com/cuda.driver.minor"] == "00"
     assert labels["nvidia.com/cuda.driver.rev"] == labels["nvidia.com/cuda.driver-version.revision"] == ""
@@ -318,4 +318,4 @@ def test_nvgpu_boards_have_no_driver_version_to_read(fixture: str) -> None:
 
     inv = TegraBackend(FIXTURES / fixture).probe()
     assert inv.driver_version is None
-    assert not [k for k in build_labels(inv, LabelOptions()) if k.startswith("nvidia.com/cuda.driver")]
+    assert not [k for k in build_labels(inv, LabelOptions()).labels if k.startswith("nvidia.com/cuda.driver")]

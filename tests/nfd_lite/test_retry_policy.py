@@ -1,16 +1,20 @@
 """The one retry policy as a user meets it: prune gives up at once on what retrying cannot fix and retries
-the rest; a long API outage makes the daemon check the admission policy again before writing."""
+the rest; a long API outage makes the daemon check the admission policy again before writing; a refusal
+is one log line while it lasts, not one per retry."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from nfd_lite.client import Forbidden
+from nfd_lite.client import Forbidden, explain
 from nfd_lite.policy import Policy
 from nfd_lite.prune import prune
 from nfd_lite.reconciler import OWNED_ANNOTATION
+from nfd_lite.retry import RetryPolicy
 from tests.apiserver.server import FakeApiServer
 from tests.nfd_lite.harness import NODE, Writer, eventually, node_api, ours
 
@@ -67,3 +71,41 @@ def test_a_long_outage_makes_it_check_the_admission_policy_again(
             assert eventually(lambda: w.service.syncs > syncs)  # a pass with nothing to write
         assert ours(server) == WANT
         assert _probes(server) == probes
+
+
+def answering(*outcomes: Exception | None) -> Callable[[], str]:
+    """A request that fails with each given error in turn, or succeeds where the outcome is None."""
+    left = list(outcomes)
+
+    def request() -> str:
+        outcome = left.pop(0)
+        if outcome is not None:
+            raise outcome
+        return "ok"
+
+    return request
+
+
+def test_a_refusal_is_logged_once_while_it_lasts_and_again_after_it_was_allowed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    policy = RetryPolicy(max_backoff=0.001)
+    refused = Forbidden(403, "nodes is forbidden", verb="patch")
+    request = answering(refused, refused, refused, None, refused, None)
+    with caplog.at_level(logging.ERROR, "nfd_lite"):
+        assert policy.call(request, "patch", attempts=4) == "ok"
+        assert policy.call(request, "patch", attempts=4) == "ok"
+    assert caplog.messages == [explain(refused), explain(refused)]
+
+
+def test_two_refusals_at_once_are_each_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    # The Node watch and the sync pass retry side by side; neither refusal hides or repeats the other.
+    policy = RetryPolicy(max_backoff=0.001)
+    no_watch = Forbidden(403, "cannot watch", verb="watch")
+    no_patch = Forbidden(403, "cannot patch", verb="patch")
+    with caplog.at_level(logging.ERROR, "nfd_lite"):
+        for _ in range(3):
+            for verb, refused in (("watch", no_watch), ("patch", no_patch)):
+                with pytest.raises(Forbidden):
+                    policy.call(answering(refused, refused), verb, attempts=2)
+    assert caplog.messages == [explain(no_watch), explain(no_patch)]
