@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from hostport import parse_address
 from nfd_lite.features import FeatureState, now_utc
-from nfd_lite.parser import Limits
+from nfd_lite.limits import Limits
 from nfd_lite.policy import DEFAULT_ALLOW_PREFIXES, Policy, allow_key_problem, prefix_problem
 from nfd_lite.reconciler import OWNED_ANNOTATION, NodeState
 from nfd_lite.settings import WriterSettings

@@ -17,7 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
-from nfd_lite.parser import Feature, Rejection, printable
+from nfd_lite.labelline import LabelLine
+from nfd_lite.rejections import Rejection, printable
 
 DEFAULT_ALLOW_PREFIXES = ("nvidia.com/", "feature.node.kubernetes.io/")
 _RESERVED = ("kubernetes.io", "k8s.io")
@@ -149,12 +150,12 @@ class Policy:
         edited annotation cannot make the writer delete them."""
         return not _reserved_key(key) and key not in CONTROL_LABELS
 
-    def filter(self, features: dict[str, Feature]) -> tuple[dict[str, Feature], list[Rejection]]:
-        kept: dict[str, Feature] = {}
+    def filter(self, label_lines: dict[str, LabelLine]) -> tuple[dict[str, LabelLine], list[Rejection]]:
+        kept: dict[str, LabelLine] = {}
         rejected: list[Rejection] = []
-        for key, feature in features.items():
+        for key, label_line in label_lines.items():
             if found := self.problem(key):
-                rejected.append(Rejection(feature.file, feature.line, printable(key), *found))
+                rejected.append(Rejection(label_line.file, label_line.line, printable(key), *found))
             else:
-                kept[key] = feature
+                kept[key] = label_line
         return kept, rejected
