@@ -208,7 +208,9 @@ def _light_kubernetes_import() -> None:
 
 
 def _api(args: argparse.Namespace) -> NodeApi:
-    from nfd_lite.client import NodeApi, in_cluster_configuration, kubeconfig_configuration
+    from nfd_lite.client import NodeApi
+    from nfd_lite.incluster import in_cluster_configuration
+    from nfd_lite.kubeconfig import kubeconfig_configuration
 
     if args.kubeconfig:
         return NodeApi(kubeconfig_configuration(args.kubeconfig), args.node_name)
@@ -217,7 +219,7 @@ def _api(args: argparse.Namespace) -> NodeApi:
 
 
 def _run(args: argparse.Namespace, policy: Policy, dirs: list[Path]) -> int:
-    from nfd_lite.client import AccessDenied, ApiError, explain
+    from nfd_lite.apierrors import AccessDenied, ApiError, explain
     from nfd_lite.prune import prune
     from nfd_lite.selfcheck import PolicyNotEnforced
     from nfd_lite.service import Service, StartupError
@@ -298,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.node_name:
             raise UsageError("--node-name (or env NODE_NAME) is required")
         _light_kubernetes_import()
-        from nfd_lite.client import ClientConfigError
+        from nfd_lite.clientconfig import ClientConfigError
 
         try:
             return _run(args, policy, dirs)

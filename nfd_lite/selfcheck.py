@@ -5,7 +5,8 @@ record, on the writer's own Node."""
 
 from __future__ import annotations
 
-from nfd_lite.client import Forbidden, NodeApi
+from nfd_lite.apierrors import Forbidden
+from nfd_lite.client import NodeApi
 
 PROBE_ANNOTATION = "gpu-labeller.io/admission-probe"
 POLICY_MISSING = (

@@ -7,7 +7,8 @@ import logging
 import time
 from datetime import datetime
 
-from nfd_lite.client import ApiError, NodeApi
+from nfd_lite.apierrors import ApiError
+from nfd_lite.client import NodeApi
 from nfd_lite.features import FeatureState, now_utc
 from nfd_lite.inbox import Inbox
 from nfd_lite.metrics import WriterMetrics
