@@ -4,12 +4,17 @@ server's answer, and one line for a human when a credential, permission or polic
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
+
+# How the API server words a ValidatingAdmissionPolicy's denial (its validating dispatcher), with or
+# without the binding's name; every other 403 is RBAC's or another admission controller's.
+_POLICY_DENIAL = re.compile(r"ValidatingAdmissionPolicy '[^']*'(?: with binding '[^']*')? denied request")
 
 
 class ApiError(Exception):
     """A failed request: ``status`` is the HTTP code, 0 for connection errors and timeouts. Callers tell
-    failures apart by subclass (what the failure means), never by comparing ``status``."""
+    failures apart by subclass (what the failure means), never by comparing ``status`` or the message."""
 
     def __init__(
         self, status: int, message: str, *, retry_after: float | None = None, verb: str = ""
@@ -39,7 +44,11 @@ class Unauthorized(AccessDenied):
 
 
 class Forbidden(AccessDenied):
-    """403: RBAC or an admission policy refused the request."""
+    """403: RBAC or an admission controller refused the request."""
+
+
+class AdmissionRefused(Forbidden):
+    """403 from a ValidatingAdmissionPolicy: RBAC allowed the request and the policy refused it."""
 
 
 class NotFound(ApiError):
@@ -73,11 +82,13 @@ _BY_STATUS: dict[int, type[ApiError]] = {
 
 
 def api_error(status: int, message: str, *, retry_after: float | None = None, verb: str = "") -> ApiError:
-    """The ApiError subclass saying what ``status`` means."""
+    """The ApiError subclass saying what ``status`` and the server's ``message`` mean."""
     if status == 0:
         kind: type[ApiError] = ConnectionFailed
     elif status >= 500:
         kind = ServerError
+    elif status == 403 and _POLICY_DENIAL.search(message):
+        kind = AdmissionRefused
     else:
         kind = _BY_STATUS.get(status, ApiError)
     return kind(status, message, retry_after=retry_after, verb=verb)
@@ -108,7 +119,7 @@ def explain(err: AccessDenied) -> str:
             "the API server rejected the credentials (401): the service account token is missing, expired "
             f"or revoked; the token file is re-read on every retry ({err.message})"
         )
-    if "ValidatingAdmissionPolicy" in err.message or "admission" in err.message.lower():
+    if isinstance(err, AdmissionRefused):
         return (
             f"an admission policy refused the {err.verb or 'request'} of this node (403): it may only change "
             f"labels under the allowed prefixes and the ownership annotation of its own node ({err.message})"

@@ -9,6 +9,7 @@ import pytest
 
 from nfd_lite.apierrors import (
     AccessDenied,
+    AdmissionRefused,
     ApiError,
     Conflict,
     ConnectionFailed,
@@ -23,13 +24,15 @@ from nfd_lite.apierrors import (
     response_error,
 )
 
-# As the API server words a ValidatingAdmissionPolicy's denial.
+# As the API server words them: the validating dispatcher's denial (with and without a binding's name)
+# and RBAC's (here for a node and a service account whose names happen to contain "admission").
 POLICY_DENIAL = (
     "nodes \"gpu-1\" is forbidden: ValidatingAdmissionPolicy 'gpu-labeller-nfd-lite' with binding "
     "'gpu-labeller-nfd-lite' denied request: nfd-lite may only change the Node named in its token"
 )
+UNBOUND_POLICY_DENIAL = "ValidatingAdmissionPolicy 'p' denied request: no"
 RBAC_DENIAL = (
-    'nodes "gpu-1" is forbidden: User "system:serviceaccount:gpu-labeller:nfd-lite" cannot patch '
+    'nodes "admission-1" is forbidden: User "system:serviceaccount:admission:nfd-lite" cannot patch '
     'resource "nodes" in API group "" at the cluster scope'
 )
 
@@ -55,9 +58,26 @@ def test_each_status_is_the_class_saying_what_it_means(status: int, kind: type[A
     assert (err.status, err.message, err.verb) == (status, "m", "get")
 
 
+def test_a_refusal_by_a_validating_admission_policy_is_admission_refused() -> None:
+    for message in (POLICY_DENIAL, UNBOUND_POLICY_DENIAL):
+        err = api_error(403, message, verb="patch")
+        assert isinstance(err, AdmissionRefused) and isinstance(err, Forbidden)
+
+
+def test_rbac_refusals_are_forbidden_whatever_the_names_in_them() -> None:
+    err = api_error(403, RBAC_DENIAL, verb="patch")
+    assert type(err) is Forbidden
+    assert type(api_error(403, "the ValidatingAdmissionPolicy is installed", verb="patch")) is Forbidden
+
+
+def test_only_a_403_is_an_admission_refusal() -> None:
+    assert type(api_error(422, POLICY_DENIAL)) is ApiError  # a policy whose reason is Invalid
+
+
 def test_the_message_comes_from_the_status_object_or_the_body() -> None:
     status = json.dumps({"kind": "Status", "message": POLICY_DENIAL, "reason": "Forbidden"}).encode()
-    assert response_error(403, status, {}, verb="patch").message == POLICY_DENIAL
+    err = response_error(403, status, {}, verb="patch")
+    assert isinstance(err, AdmissionRefused) and err.message == POLICY_DENIAL
     reason_only = json.dumps({"kind": "Status", "reason": "NotFound"}).encode()
     assert response_error(404, reason_only, {}, verb="get").message == "NotFound"
     assert response_error(502, b"<html>" + b"x" * 500, {}, verb="get").message == "<html>" + "x" * 194
