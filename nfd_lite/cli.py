@@ -136,12 +136,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--oneshot", action="store_true", help="sync once and exit")
     p.add_argument("--dry-run", action="store_true", help="print labels, rejections and patch; no API calls")
     p.add_argument("--poll", action="store_true", help="poll the directories instead of inotify")
-    p.add_argument("--resync-interval", type=_positive, default=60.0, help="seconds between safety rescans")
-    p.add_argument("--debounce", type=_positive, default=0.002, help="seconds to coalesce a burst of events")
+    # Timings default to WriterSettings' own defaults, as the caps do to Limits': each is declared once.
     p.add_argument(
-        "--startup-grace", type=_positive, default=60.0, help="seconds before removing owned labels"
+        "--resync-interval",
+        type=_positive,
+        default=WriterSettings.resync_interval,
+        help="seconds between safety rescans",
     )
-    p.add_argument("--watch-timeout", type=int, default=1800, help="seconds one Node watch request lasts")
+    p.add_argument(
+        "--debounce",
+        type=_positive,
+        default=WriterSettings.debounce,
+        help="seconds to coalesce a burst of events",
+    )
+    p.add_argument(
+        "--startup-grace",
+        type=_positive,
+        default=WriterSettings.startup_grace,
+        help="seconds before removing owned labels",
+    )
+    p.add_argument(
+        "--watch-timeout",
+        type=int,
+        default=WriterSettings.watch_timeout,
+        help="seconds one Node watch request lasts",
+    )
     p.add_argument("--metrics-address", default=":8081", help="host:port for /metrics, /healthz; '' disables")
     p.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="log verbosity"

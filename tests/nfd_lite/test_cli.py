@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nfd_lite.cli import main
+from nfd_lite.cli import build_parser, main
+from nfd_lite.limits import Limits
 from nfd_lite.reconciler import OWNED_ANNOTATION
+from nfd_lite.settings import WriterSettings
 from tests.apiserver.server import FakeApiServer
 from tests.nfd_lite.command import NO_POLICY, ROOT, kubeconfig_document, run_nfd_lite
 from tests.nfd_lite.harness import NODE, eventually, ours, owned
@@ -223,21 +225,43 @@ def test_help_shows_the_defaults() -> None:
     code, out, _ = run_nfd_lite("--help")
     assert code == 0
     text = " ".join(out.split())  # argparse wraps lines at the terminal width
+    settings, limits = WriterSettings("", []), Limits()
     for shown in (
         "(default: run)",
         "(default: env NODE_NAME)",
         "(default: in-cluster service account)",
         "(default: /etc/kubernetes/node-feature-discovery/source.d and",
         "(default: nvidia.com/ and feature.node.kubernetes.io/)",
-        "seconds between safety rescans (default: 60.0)",
-        "(default: 0.002)",
-        "(default: 1800)",
+        f"labels written at most (default: {limits.max_labels})",
+        f"files read per directory (default: {limits.max_files})",
+        f"bytes read per feature directory (default: {limits.max_bytes})",
+        f"seconds between safety rescans (default: {settings.resync_interval})",
+        f"seconds to coalesce a burst of events (default: {settings.debounce})",
+        f"seconds before removing owned labels (default: {settings.startup_grace})",
+        f"seconds one Node watch request lasts (default: {settings.watch_timeout})",
         "(default: :8081)",
         "(default: info)",
         "2 bad flags or configuration",
     ):
         assert shown in text, shown
     assert "(default: None)" not in text and "(default: False)" not in text
+
+
+def test_flags_default_to_what_a_writer_is_given_by_default() -> None:
+    args = build_parser().parse_args([])
+    settings, limits = WriterSettings("", []), Limits()
+    assert (args.resync_interval, args.debounce, args.startup_grace, args.watch_timeout) == (
+        settings.resync_interval,
+        settings.debounce,
+        settings.startup_grace,
+        settings.watch_timeout,
+    )
+    assert (args.max_files, args.max_dir_bytes, args.max_labels) == (
+        limits.max_files,
+        limits.max_bytes,
+        limits.max_labels,
+    )
+    assert (args.overwrite, args.poll) == (settings.overwrite, settings.poll)
 
 
 def test_dry_run_names_a_missing_features_dir_and_still_prints(tmp_path: Path) -> None:
