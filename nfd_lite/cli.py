@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from hostport import parse_address
 from nfd_lite.features import FeatureState, now_utc
 from nfd_lite.limits import Limits
-from nfd_lite.policy import DEFAULT_ALLOW_PREFIXES, Policy, allow_key_problem, prefix_problem
+from nfd_lite.policy import DEFAULT_ALLOW_PREFIXES, Policy, allow_key_problem, allow_prefix_problem
 from nfd_lite.reconciler import OWNED_ANNOTATION, NodeState
 from nfd_lite.settings import WriterSettings
 
@@ -171,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _policy(prefixes: list[str] | None, allow_keys: list[str] | None = None) -> Policy:
     chosen = prefixes or list(DEFAULT_ALLOW_PREFIXES)
     for prefix in chosen:
-        if problem := prefix_problem(prefix):
+        if problem := allow_prefix_problem(prefix):
             raise UsageError(problem)
     for pattern in allow_keys or []:
         if problem := allow_key_problem(pattern, chosen):

@@ -95,8 +95,9 @@ def normalize_prefix(prefix: str) -> str:
     return prefix if prefix.endswith("/") else prefix + "/"
 
 
-def prefix_problem(prefix: str) -> str | None:
-    """Why an --allow-prefix value cannot be used, or None."""
+def allow_prefix_problem(prefix: str) -> str | None:
+    """Why an --allow-prefix value cannot be used, or None. Unlike ``k8slabels.prefix_problem`` (is it a
+    valid label prefix at all?), this asks whether nfd-lite may be allowed to write under it."""
     prefix = normalize_prefix(prefix)
     namespace = prefix.split("/", 1)[0]
     if not namespace:
@@ -138,9 +139,6 @@ class Policy:
         if not any(fnmatchcase(key, pattern) for pattern in self.allow_keys):
             return KEY_NOT_ALLOWED, "key matches no allowed key pattern (see --allow-key)"
         return None
-
-    def may_write(self, key: str) -> bool:
-        return self.problem(key) is None
 
     @staticmethod
     def may_own(key: str) -> bool:
