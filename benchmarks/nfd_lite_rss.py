@@ -36,7 +36,8 @@ api.patch_node(sys.argv[2], {"metadata": {"labels": {"nvidia.com/rss": "corev1"}
 """,
     "raw call_api, plain import": """
 import kubernetes, sys
-from nfd_lite.client import NodeApi, kubeconfig_configuration
+from nfd_lite.client import NodeApi
+from nfd_lite.kubeconfig import kubeconfig_configuration
 api = NodeApi(kubeconfig_configuration(sys.argv[1]), sys.argv[2])
 node = api.get_node()
 api.patch_node({"metadata": {"resourceVersion": node["metadata"]["resourceVersion"],
@@ -46,7 +47,8 @@ api.patch_node({"metadata": {"resourceVersion": node["metadata"]["resourceVersio
 import sys
 from nfd_lite.cli import _light_kubernetes_import
 _light_kubernetes_import()
-from nfd_lite.client import NodeApi, kubeconfig_configuration
+from nfd_lite.client import NodeApi
+from nfd_lite.kubeconfig import kubeconfig_configuration
 api = NodeApi(kubeconfig_configuration(sys.argv[1]), sys.argv[2])
 node = api.get_node()
 api.patch_node({"metadata": {"resourceVersion": node["metadata"]["resourceVersion"],

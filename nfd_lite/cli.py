@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from hostport import parse_address
 from nfd_lite.features import FeatureState, now_utc
-from nfd_lite.parser import Limits
-from nfd_lite.policy import DEFAULT_ALLOW_PREFIXES, Policy, allow_key_problem, prefix_problem
+from nfd_lite.limits import Limits
+from nfd_lite.policy import DEFAULT_ALLOW_PREFIXES, Policy, allow_key_problem, allow_prefix_problem
 from nfd_lite.reconciler import OWNED_ANNOTATION, NodeState
 from nfd_lite.settings import WriterSettings
 
@@ -136,12 +136,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--oneshot", action="store_true", help="sync once and exit")
     p.add_argument("--dry-run", action="store_true", help="print labels, rejections and patch; no API calls")
     p.add_argument("--poll", action="store_true", help="poll the directories instead of inotify")
-    p.add_argument("--resync-interval", type=_positive, default=60.0, help="seconds between safety rescans")
-    p.add_argument("--debounce", type=_positive, default=0.002, help="seconds to coalesce a burst of events")
+    # Timings default to WriterSettings' own defaults, as the caps do to Limits': each is declared once.
     p.add_argument(
-        "--startup-grace", type=_positive, default=60.0, help="seconds before removing owned labels"
+        "--resync-interval",
+        type=_positive,
+        default=WriterSettings.resync_interval,
+        help="seconds between safety rescans",
     )
-    p.add_argument("--watch-timeout", type=int, default=1800, help="seconds one Node watch request lasts")
+    p.add_argument(
+        "--debounce",
+        type=_positive,
+        default=WriterSettings.debounce,
+        help="seconds to coalesce a burst of events",
+    )
+    p.add_argument(
+        "--startup-grace",
+        type=_positive,
+        default=WriterSettings.startup_grace,
+        help="seconds before removing owned labels",
+    )
+    p.add_argument(
+        "--watch-timeout",
+        type=int,
+        default=WriterSettings.watch_timeout,
+        help="seconds one Node watch request lasts",
+    )
     p.add_argument("--metrics-address", default=":8081", help="host:port for /metrics, /healthz; '' disables")
     p.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="log verbosity"
@@ -152,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _policy(prefixes: list[str] | None, allow_keys: list[str] | None = None) -> Policy:
     chosen = prefixes or list(DEFAULT_ALLOW_PREFIXES)
     for prefix in chosen:
-        if problem := prefix_problem(prefix):
+        if problem := allow_prefix_problem(prefix):
             raise UsageError(problem)
     for pattern in allow_keys or []:
         if problem := allow_key_problem(pattern, chosen):
@@ -208,7 +227,9 @@ def _light_kubernetes_import() -> None:
 
 
 def _api(args: argparse.Namespace) -> NodeApi:
-    from nfd_lite.client import NodeApi, in_cluster_configuration, kubeconfig_configuration
+    from nfd_lite.client import NodeApi
+    from nfd_lite.incluster import in_cluster_configuration
+    from nfd_lite.kubeconfig import kubeconfig_configuration
 
     if args.kubeconfig:
         return NodeApi(kubeconfig_configuration(args.kubeconfig), args.node_name)
@@ -217,7 +238,7 @@ def _api(args: argparse.Namespace) -> NodeApi:
 
 
 def _run(args: argparse.Namespace, policy: Policy, dirs: list[Path]) -> int:
-    from nfd_lite.client import AccessDenied, ApiError, explain
+    from nfd_lite.apierrors import AccessDenied, ApiError, explain
     from nfd_lite.prune import prune
     from nfd_lite.selfcheck import PolicyNotEnforced
     from nfd_lite.service import Service, StartupError
@@ -298,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.node_name:
             raise UsageError("--node-name (or env NODE_NAME) is required")
         _light_kubernetes_import()
-        from nfd_lite.client import ClientConfigError
+        from nfd_lite.clientconfig import ClientConfigError
 
         try:
             return _run(args, policy, dirs)

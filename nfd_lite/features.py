@@ -6,19 +6,12 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from nfd_lite.parser import (
-    TOO_MANY_REJECTIONS,
-    Expired,
-    Feature,
-    FileResult,
-    Limits,
-    Override,
-    Rejection,
-    merge,
-    printable,
-    scan,
-)
+from nfd_lite.labelline import Expired, FileResult, LabelLine
+from nfd_lite.limits import Limits
+from nfd_lite.merge import Override, merge
 from nfd_lite.policy import Policy
+from nfd_lite.rejections import TOO_MANY_REJECTIONS, Rejection, printable
+from nfd_lite.scan import scan
 
 TOO_MANY_LABELS = "too-many-labels"
 OWNED_TOO_LARGE = "owned-annotation-full"
@@ -31,17 +24,17 @@ def now_utc() -> datetime:
 
 
 def cap_labels(
-    features: dict[str, Feature], limits: Limits
-) -> tuple[dict[str, Feature], list[Rejection], dict[str, int]]:
+    label_lines: dict[str, LabelLine], limits: Limits
+) -> tuple[dict[str, LabelLine], list[Rejection], dict[str, int]]:
     """At most ``max_labels`` labels whose keys fit the ownership annotation, in key order; the rest are
     dropped with one rejection naming the first of them."""
-    kept: dict[str, Feature] = {}
+    kept: dict[str, LabelLine] = {}
     used = -1  # the annotation is the keys joined by ","
-    keys = sorted(features)
+    keys = sorted(label_lines)
     for index, key in enumerate(keys):
         over_count = len(kept) >= limits.max_labels
         if over_count or used + 1 + len(key) > limits.max_owned_bytes:
-            first = features[key]
+            first = label_lines[key]
             left = len(keys) - index
             if over_count:
                 reason, cap = TOO_MANY_LABELS, "labels"
@@ -56,7 +49,7 @@ def cap_labels(
                 )
             return kept, [Rejection(first.file, first.line, printable(key), reason, detail)], {cap: left}
         used += 1 + len(key)
-        kept[key] = features[key]
+        kept[key] = label_lines[key]
     return kept, [], {}
 
 
@@ -89,7 +82,7 @@ class FeatureState:
         self.directories = directories
         self.policy = policy
         self.limits = limits or Limits()
-        self.features: dict[str, Feature] = {}
+        self.label_lines: dict[str, LabelLine] = {}
         self.rejected: list[Rejection] = []
         self.overrides: list[Override] = []
         self.expired: list[Expired] = []
@@ -116,8 +109,8 @@ class FeatureState:
         present = {result.path for result in found.results}
         self._last_good = {path: good for path, good in self._last_good.items() if path in present}
         merged = merge(used)
-        allowed, denied = self.policy.filter(merged.features)
-        self.features, over, capped = cap_labels(allowed, self.limits)
+        allowed, denied = self.policy.filter(merged.label_lines)
+        self.label_lines, over, capped = cap_labels(allowed, self.limits)
         rejected = sorted(found.rejected + merged.rejected + denied + over, key=lambda r: (r.file, r.line))
         self.rejected = bounded(rejected, self.limits.max_rejections)
         limit = self.limits.max_rejections
@@ -129,11 +122,12 @@ class FeatureState:
 
     def labels(self, now: datetime) -> dict[str, str]:
         return {
-            key: feature.value
-            for key, feature in sorted(self.features.items())
-            if feature.expires is None or feature.expires > now
+            key: label_line.value
+            for key, label_line in sorted(self.label_lines.items())
+            if label_line.expires is None or label_line.expires > now
         }
 
     def next_expiry(self, now: datetime) -> datetime | None:
-        pending = [f.expires for f in self.features.values() if f.expires is not None and f.expires > now]
+        expiries = (line.expires for line in self.label_lines.values())
+        pending = [when for when in expiries if when is not None and when > now]
         return min(pending) if pending else None

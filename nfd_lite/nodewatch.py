@@ -7,7 +7,8 @@ import logging
 import threading
 import time
 
-from nfd_lite.client import ApiError, Gone, NodeApi, NotFound
+from nfd_lite.apierrors import ApiError, Gone, NotFound
+from nfd_lite.client import NodeApi
 from nfd_lite.inbox import Inbox
 from nfd_lite.retry import RetryPolicy, Stopped
 

@@ -17,7 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
-from nfd_lite.parser import Feature, Rejection, printable
+from nfd_lite.labelline import LabelLine
+from nfd_lite.rejections import Rejection, printable
 
 DEFAULT_ALLOW_PREFIXES = ("nvidia.com/", "feature.node.kubernetes.io/")
 _RESERVED = ("kubernetes.io", "k8s.io")
@@ -94,8 +95,9 @@ def normalize_prefix(prefix: str) -> str:
     return prefix if prefix.endswith("/") else prefix + "/"
 
 
-def prefix_problem(prefix: str) -> str | None:
-    """Why an --allow-prefix value cannot be used, or None."""
+def allow_prefix_problem(prefix: str) -> str | None:
+    """Why an --allow-prefix value cannot be used, or None. Unlike ``k8slabels.prefix_problem`` (is it a
+    valid label prefix at all?), this asks whether nfd-lite may be allowed to write under it."""
     prefix = normalize_prefix(prefix)
     namespace = prefix.split("/", 1)[0]
     if not namespace:
@@ -138,9 +140,6 @@ class Policy:
             return KEY_NOT_ALLOWED, "key matches no allowed key pattern (see --allow-key)"
         return None
 
-    def may_write(self, key: str) -> bool:
-        return self.problem(key) is None
-
     @staticmethod
     def may_own(key: str) -> bool:
         """Whether a key listed in the ownership annotation may be treated as this writer's own, so removed
@@ -149,12 +148,12 @@ class Policy:
         edited annotation cannot make the writer delete them."""
         return not _reserved_key(key) and key not in CONTROL_LABELS
 
-    def filter(self, features: dict[str, Feature]) -> tuple[dict[str, Feature], list[Rejection]]:
-        kept: dict[str, Feature] = {}
+    def filter(self, label_lines: dict[str, LabelLine]) -> tuple[dict[str, LabelLine], list[Rejection]]:
+        kept: dict[str, LabelLine] = {}
         rejected: list[Rejection] = []
-        for key, feature in features.items():
+        for key, label_line in label_lines.items():
             if found := self.problem(key):
-                rejected.append(Rejection(feature.file, feature.line, printable(key), *found))
+                rejected.append(Rejection(label_line.file, label_line.line, printable(key), *found))
             else:
-                kept[key] = feature
+                kept[key] = label_line
         return kept, rejected

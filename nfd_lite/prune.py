@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from nfd_lite.client import AccessDenied, NodeApi, NotFound
+from nfd_lite.apierrors import AccessDenied, NotFound
+from nfd_lite.client import NodeApi
 from nfd_lite.policy import Policy
 from nfd_lite.reconciler import NodeState, prune_patch
 from nfd_lite.retry import RetryPolicy

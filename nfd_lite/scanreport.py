@@ -7,7 +7,7 @@ import logging
 
 from nfd_lite.features import FeatureState, now_utc
 from nfd_lite.metrics import WriterMetrics
-from nfd_lite.parser import Rejection
+from nfd_lite.rejections import Rejection
 from saidonce import SaidOnce
 
 log = logging.getLogger(__name__)

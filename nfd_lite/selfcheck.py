@@ -5,7 +5,8 @@ record, on the writer's own Node."""
 
 from __future__ import annotations
 
-from nfd_lite.client import Forbidden, NodeApi
+from nfd_lite.apierrors import AdmissionRefused
+from nfd_lite.client import NodeApi
 
 PROBE_ANNOTATION = "gpu-labeller.io/admission-probe"
 POLICY_MISSING = (
@@ -26,8 +27,6 @@ def check_policy(api: NodeApi) -> None:
     retry policy and error reporting apply as to any request."""
     try:
         api.patch_node({"metadata": {"annotations": {PROBE_ANNOTATION: "must-be-refused"}}}, dry_run=True)
-    except Forbidden as err:
-        if "ValidatingAdmissionPolicy" in err.message:
-            return
-        raise
+    except AdmissionRefused:
+        return
     raise PolicyNotEnforced(POLICY_MISSING)

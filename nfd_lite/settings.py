@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nfd_lite.parser import Limits
+from nfd_lite.limits import Limits
 from nfd_lite.policy import Policy
 
 

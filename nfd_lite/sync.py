@@ -7,12 +7,13 @@ import logging
 import time
 from datetime import datetime
 
-from nfd_lite.client import ApiError, NodeApi
+from nfd_lite.apierrors import ApiError
+from nfd_lite.client import NodeApi
 from nfd_lite.features import FeatureState, now_utc
 from nfd_lite.inbox import Inbox
 from nfd_lite.metrics import WriterMetrics
-from nfd_lite.parser import printable
 from nfd_lite.reconciler import NodeState, Plan, owned_keys, plan
+from nfd_lite.rejections import printable
 from nfd_lite.retry import Outage
 from nfd_lite.selfcheck import check_policy
 from nfd_lite.settings import WriterSettings

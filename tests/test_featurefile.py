@@ -12,7 +12,7 @@ import featurefile
 from featurefile import Directive, Entry, format_expiry, parse_expiry, parse_line, render
 from gfd.writer import HEADER
 from gfd.writer import render as gfd_render
-from nfd_lite.parser import parse_text
+from nfd_lite.labelline import parse_text
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
@@ -83,14 +83,14 @@ def test_what_gfd_writes_nfd_lite_reads_back_whole(labels: dict[str, str], offse
     expiry = NOW + timedelta(seconds=offset) if offset is not None else None
     result = parse_text(gfd_render(labels, expiry), "gfd", NOW)
     assert result.rejected == []
-    assert {key: feature.value for key, feature in result.features.items()} == labels
-    assert {feature.expires for feature in result.features.values()} <= {expiry}
+    assert {key: line.value for key, line in result.label_lines.items()} == labels
+    assert {line.expires for line in result.label_lines.values()} <= {expiry}
 
 
 def test_an_expired_file_gives_no_labels() -> None:
     text = gfd_render({"nvidia.com/gpu.count": "1"}, NOW - timedelta(seconds=1))
     result = parse_text(text, "gfd", NOW)
-    assert result.features == {}
+    assert result.label_lines == {}
     assert [e.key for e in result.expired] == ["nvidia.com/gpu.count"]
 
 

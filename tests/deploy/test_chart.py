@@ -114,11 +114,11 @@ def test_schema_refuses_exactly_the_prefixes_nfd_lite_refuses(
     tools: Tools, tmp_path: Path, which: str, prefix: str
 ) -> None:
     # A prefix nfd-lite would refuse fails at helm install instead of as a crash-looping pod.
-    from nfd_lite.policy import prefix_problem
+    from nfd_lite.policy import allow_prefix_problem
 
     values = merged(API_SERVER, {"nfdLite": {"allowPrefixes": [prefix]}})
     proc = run_helm(tools, which, "lint", "--strict", str(CHART), values=values, tmp=tmp_path)
-    assert (proc.returncode != 0) == (prefix_problem(prefix) is not None), proc.stdout + proc.stderr
+    assert (proc.returncode != 0) == (allow_prefix_problem(prefix) is not None), proc.stdout + proc.stderr
 
 
 def _leaves(node: Any, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from nfd_lite.client import Gone, NodeApi, kubeconfig_configuration
+from nfd_lite.apierrors import Gone
+from nfd_lite.client import NodeApi
+from nfd_lite.kubeconfig import kubeconfig_configuration
 from nfd_lite.reconciler import OWNED_ANNOTATION
 from nfd_lite.service import Service
 from nfd_lite.settings import WriterSettings

@@ -11,7 +11,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from nfd_lite.client import NodeApi, kubeconfig_configuration
+from nfd_lite.client import NodeApi
+from nfd_lite.kubeconfig import kubeconfig_configuration
 from tests.kube.controlplane import ControlPlane
 from tests.kube.process import LoggedProcess
 from tests.service_thread import ServiceThread

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nfd_lite.client import NodeApi, kubeconfig_configuration
+from nfd_lite.client import NodeApi
+from nfd_lite.kubeconfig import kubeconfig_configuration
 from nfd_lite.policy import DEFAULT_ALLOW_PREFIXES, Policy
 from nfd_lite.reconciler import OWNED_ANNOTATION
 from tests.apiserver.server import FakeApiServer

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from nfd_lite.client import NodeApi, TokenFile
+from nfd_lite.client import NodeApi
+from nfd_lite.incluster import TokenFile
 from nfd_lite.service import Service
 from tests.apiserver.server import FakeApiServer
 from tests.nfd_lite.harness import NODE, OTHER_NODE, Writer, eventually, node_api, ours, owned

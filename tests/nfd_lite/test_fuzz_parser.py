@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from nfd_lite.cli import dry_run
 from nfd_lite.features import FeatureState
-from nfd_lite.parser import Limits
+from nfd_lite.limits import Limits
 from nfd_lite.policy import Policy
 from nfd_lite.reconciler import OWNED_ANNOTATION, NodeState, plan
 

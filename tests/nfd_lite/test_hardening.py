@@ -1,7 +1,8 @@
 """Attacks on the feature directory, each as its writer would mount it, and what nfd-lite does instead.
 
 Most cases run ``python -m nfd_lite --dry-run``, as a user checking a directory would; the reading
-details (races, changing files, caps) are unit tests of the parser and FeatureState on real files."""
+details (races, changing files, caps) are unit tests of the reading modules and FeatureState on real
+files."""
 
 from __future__ import annotations
 
@@ -17,10 +18,12 @@ from typing import Any
 
 import pytest
 
-from nfd_lite import parser
+from nfd_lite import labelline, readfile, scan
 from nfd_lite.features import OWNED_TOO_LARGE, TOO_MANY_LABELS, FeatureState, cap_labels
-from nfd_lite.parser import Limits
+from nfd_lite.labelline import LabelLine
+from nfd_lite.limits import Limits
 from nfd_lite.policy import CONTROL, KEY_NOT_ALLOWED, Policy
+from nfd_lite.rejections import TOO_MANY_REJECTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -62,7 +65,7 @@ def test_a_feature_directory_that_is_a_symlink_is_refused_and_nothing_of_it_is_r
     code, out, err = dry_run("--features-dir", features, "--log-level", "debug")
     assert code == 0
     assert out["labels"] == {} and out["patch"] is None
-    assert reasons(out) == [("features.d", 0, "", parser.DIR_SYMLINK)]
+    assert reasons(out) == [("features.d", 0, "", scan.DIR_SYMLINK)]
     assert "is a symlink" in out["rejected"][0]["detail"]
     for secret in (TOKEN[:20], "secret-namespace-x1", "MIIBsecret"):
         assert secret not in json.dumps(out) and secret not in err
@@ -84,7 +87,7 @@ def test_symlinks_inside_are_refused_loops_included_and_nothing_leaks(tmp_path: 
         assert code == 0 and "Traceback" not in err
         assert out["labels"] == {"nvidia.com/gpu.count": "2"}
         assert reasons(out) == [
-            (name, 0, "", parser.SYMLINK) for name in ("loop-a", "loop-b", "ns", "sa", "self", "token")
+            (name, 0, "", readfile.SYMLINK) for name in ("loop-a", "loop-b", "ns", "sa", "self", "token")
         ]
         assert TOKEN[:20] not in json.dumps(out) + err and "secret-namespace-x1" not in json.dumps(out) + err
 
@@ -93,7 +96,7 @@ def test_a_directory_symlink_loop_is_refused_without_a_traceback(tmp_path: Path)
     (tmp_path / "features.d").symlink_to("features.d")
     code, out, err = dry_run("--features-dir", tmp_path / "features.d")
     assert code == 0 and "Traceback" not in err
-    assert reasons(out) == [("features.d", 0, "", parser.DIR_SYMLINK)]
+    assert reasons(out) == [("features.d", 0, "", scan.DIR_SYMLINK)]
 
 
 def test_fifos_sockets_devices_and_directories_are_rejected_never_opened(tmp_path: Path) -> None:
@@ -112,7 +115,7 @@ def test_fifos_sockets_devices_and_directories_are_rejected_never_opened(tmp_pat
     assert code == 0
     assert out["labels"] == {"nvidia.com/gpu.count": "2"}
     assert [(Path(r["file"]).name, r["detail"]) for r in out["rejected"]] == expected
-    assert {r["reason"] for r in out["rejected"]} == {parser.NOT_A_FILE}
+    assert {r["reason"] for r in out["rejected"]} == {readfile.NOT_A_FILE}
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads mode-000 files and directories anyway")
@@ -124,7 +127,7 @@ def test_unreadable_directory_and_file_are_rejected_with_a_reason(tmp_path: Path
     (features / "secret").chmod(0)
     code, out, _ = dry_run("--features-dir", closed, "--features-dir", features)
     assert code == 0
-    assert reasons(out) == [("closed", 0, "", parser.DIR_UNREADABLE), ("secret", 0, "", parser.UNREADABLE)]
+    assert reasons(out) == [("closed", 0, "", scan.DIR_UNREADABLE), ("secret", 0, "", readfile.UNREADABLE)]
 
 
 def test_odd_file_names_are_escaped_and_cut_never_raw(tmp_path: Path) -> None:
@@ -149,7 +152,7 @@ def test_odd_file_names_are_escaped_and_cut_never_raw(tmp_path: Path) -> None:
 def test_a_vanished_file_is_skipped(tmp_path: Path) -> None:
     fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        assert parser.read_file(fd, "gone", tmp_path, NOW, 10) is None
+        assert readfile.read_file(fd, "gone", tmp_path, NOW, 10) is None
     finally:
         os.close(fd)
 
@@ -164,7 +167,7 @@ def test_an_unterminated_last_line_is_a_writer_mid_write_and_is_not_used(tmp_pat
     code, out, _ = dry_run("--features-dir", features)
     assert code == 0
     assert out["labels"] == {"nvidia.com/gpu.count": "2"}
-    assert reasons(out) == [("gfd", 2, "", parser.UNTERMINATED)]
+    assert reasons(out) == [("gfd", 2, "", labelline.UNTERMINATED)]
     with (features / "gfd").open("a") as rest:
         rest.write("unt=8\n")
     _, out, _ = dry_run("--features-dir", features)
@@ -188,7 +191,7 @@ def test_a_file_that_changes_while_read_is_read_again(
         calls.append(offset)
         return data
 
-    monkeypatch.setattr(parser.os, "pread", pread_while_written)
+    monkeypatch.setattr(readfile.os, "pread", pread_while_written)
     state = FeatureState([tmp_path], Policy())
     state.rescan(NOW)
     assert state.labels(NOW) == {"nvidia.com/gpu.count": "2", "nvidia.com/gpu.product": "H100"}
@@ -211,11 +214,11 @@ def test_a_file_that_never_stops_changing_keeps_its_last_good_content(
                 writer.write("# still writing\n")
         return data
 
-    monkeypatch.setattr(parser.os, "pread", pread_while_written)
+    monkeypatch.setattr(readfile.os, "pread", pread_while_written)
     state.rescan(NOW)
     assert state.labels(NOW) == {"nvidia.com/gpu.count": "2"}
-    assert [(r.line, r.reason) for r in state.rejected] == [(0, parser.CHANGING)]
-    assert [r.reason for r in state.kept] == [parser.CHANGING]
+    assert [(r.line, r.reason) for r in state.rejected] == [(0, readfile.CHANGING)]
+    assert [r.reason for r in state.kept] == [readfile.CHANGING]
 
 
 # ---- keys ----
@@ -323,18 +326,18 @@ def test_rejected_values_and_content_are_never_shown(tmp_path: Path) -> None:
     code, out, err = dry_run("--features-dir", tmp_path)
     assert code == 0
     assert [(r["line"], r["reason"]) for r in out["rejected"]] == [
-        (1, parser.INVALID_VALUE),
-        (2, parser.BAD_DIRECTIVE),
-        (3, parser.BAD_DIRECTIVE),
-        (5, parser.UNTERMINATED),
+        (1, labelline.INVALID_VALUE),
+        (2, labelline.BAD_DIRECTIVE),
+        (3, labelline.BAD_DIRECTIVE),
+        (5, labelline.UNTERMINATED),
     ]
     assert "SECRET" not in json.dumps(out) and "SECRET" not in err
 
 
 def test_rejected_keys_are_cut_to_100_characters() -> None:
-    result = parser.parse_text("nvidia.com/" + "k" * 300 + "=1\n", "f", NOW)
+    result = labelline.parse_text("nvidia.com/" + "k" * 300 + "=1\n", "f", NOW)
     (rejection,) = result.rejected
-    assert rejection.reason == parser.INVALID_KEY
+    assert rejection.reason == labelline.INVALID_KEY
     assert rejection.key == ("nvidia.com/" + "k" * 300)[:100] + "...(311 chars)"
     assert "k" * 101 not in rejection.detail
 
@@ -349,7 +352,7 @@ def test_a_flooded_directory_is_read_only_up_to_the_file_cap_in_name_order(tmp_p
     assert code == 0
     assert sorted(out["labels"]) == [f"nvidia.com/gpu.f{i:03d}" for i in range(10)]
     ((file, line, _, reason),) = reasons(out)
-    assert (file, line, reason) == (tmp_path.name, 0, parser.TOO_MANY_FILES)
+    assert (file, line, reason) == (tmp_path.name, 0, scan.TOO_MANY_FILES)
     assert "50 files after the first 10" in out["rejected"][0]["detail"]
 
 
@@ -359,7 +362,7 @@ def test_the_byte_cap_stops_reading_a_directory_at_the_file_that_crosses_it(tmp_
     code, out, _ = dry_run("--features-dir", tmp_path, "--max-dir-bytes", "120")
     assert code == 0
     assert sorted(out["labels"]) == ["nvidia.com/gpu.a", "nvidia.com/gpu.b"]
-    assert reasons(out) == [(tmp_path.name, 0, "", parser.DIR_TOO_LARGE)]
+    assert reasons(out) == [(tmp_path.name, 0, "", scan.DIR_TOO_LARGE)]
     assert "1 files from c on" in out["rejected"][0]["detail"]
 
 
@@ -373,12 +376,11 @@ def test_the_label_cap_keeps_the_first_keys_and_says_how_many_were_dropped(tmp_p
 
 
 def test_the_ownership_annotation_is_bounded() -> None:
-    features = {
-        f"nvidia.com/gpu.{i:03d}": parser.Feature(f"nvidia.com/gpu.{i:03d}", "1", "f", i + 1)
-        for i in range(100)
+    label_lines = {
+        f"nvidia.com/gpu.{i:03d}": LabelLine(f"nvidia.com/gpu.{i:03d}", "1", "f", i + 1) for i in range(100)
     }
-    kept, rejected, capped = cap_labels(features, Limits(max_owned_bytes=200))
-    assert len(",".join(kept)) <= 200 < len(",".join(list(features)[: len(kept) + 1]))
+    kept, rejected, capped = cap_labels(label_lines, Limits(max_owned_bytes=200))
+    assert len(",".join(kept)) <= 200 < len(",".join(list(label_lines)[: len(kept) + 1]))
     assert [r.reason for r in rejected] == [OWNED_TOO_LARGE] and capped == {
         "owned-annotation": 100 - len(kept)
     }
@@ -389,7 +391,7 @@ def test_rejections_are_bounded_with_one_line_counting_the_rest(tmp_path: Path) 
     state = FeatureState([tmp_path], Policy(), Limits(max_rejections=20))
     state.rescan(NOW)
     assert [r.line for r in state.rejected] == [*range(1, 22)]
-    assert state.rejected[-1].reason == parser.TOO_MANY_REJECTIONS
+    assert state.rejected[-1].reason == TOO_MANY_REJECTIONS
     assert state.rejected[-1].detail.startswith("4980 more rejected lines")
     (tmp_path / "g").write_text("bad key=1\n" * 15)
     state.rescan(NOW)
@@ -431,11 +433,11 @@ def test_permission_denied_is_a_rejection_even_for_root(
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
         return real_open(path, flags, mode, dir_fd=dir_fd)
 
-    monkeypatch.setattr(parser.os, "open", open_denied)
+    monkeypatch.setattr(os, "open", open_denied)  # directories and files alike
     state = FeatureState([tmp_path / "closed", features], Policy())
     state.rescan(NOW)
     assert state.labels(NOW) == {"nvidia.com/gpu.count": "2"}
     assert [(Path(r.file).name, r.reason, r.detail) for r in state.rejected] == [
-        ("closed", parser.DIR_UNREADABLE, "Permission denied"),
-        ("locked", parser.UNREADABLE, "Permission denied"),
+        ("closed", scan.DIR_UNREADABLE, "Permission denied"),
+        ("locked", readfile.UNREADABLE, "Permission denied"),
     ]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nfd_lite.parser import Limits
+from nfd_lite.limits import Limits
 from nfd_lite.reconciler import OWNED_ANNOTATION
 from nfd_lite.service import Service
 from nfd_lite.settings import WriterSettings

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nfd_lite.policy import NOT_ALLOWED, RESERVED, Policy, prefix_problem, reserved
+from nfd_lite.policy import KEY_NOT_ALLOWED, NOT_ALLOWED, RESERVED, Policy, allow_prefix_problem, reserved
 
 
 @pytest.mark.parametrize(
@@ -38,15 +38,17 @@ def test_deny_list_wins_over_any_allow_prefix() -> None:
 
 
 def test_reserved_allow_prefixes_are_refused_up_front() -> None:
-    assert prefix_problem("kubernetes.io/") is not None
-    assert prefix_problem("node.kubernetes.io") is not None
-    assert prefix_problem("example.com") is None
-    assert prefix_problem("/") is not None
+    assert allow_prefix_problem("kubernetes.io/") is not None
+    assert allow_prefix_problem("node.kubernetes.io") is not None
+    assert allow_prefix_problem("example.com") is None
+    assert allow_prefix_problem("/") is not None
 
 
 def test_prefixes_are_normalised_to_namespaces() -> None:
     policy = Policy.from_prefixes(["example.com"])
-    assert policy.problem("example.com/x") is not None  # under the prefix, but no key pattern admits it
+    problem = policy.problem("example.com/x")  # under the prefix, but no key pattern admits it
+    assert problem is not None and problem[0] == KEY_NOT_ALLOWED
     policy = Policy.from_prefixes(["example.com"], ["example.com/*"])
-    assert policy.may_write("example.com/x")
-    assert not policy.may_write("example.community/x")
+    assert policy.problem("example.com/x") is None
+    problem = policy.problem("example.community/x")
+    assert problem is not None and problem[0] == NOT_ALLOWED

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nfd_lite.client import Forbidden, explain
+from nfd_lite.apierrors import Forbidden, explain
 from nfd_lite.policy import Policy
 from nfd_lite.prune import prune
 from nfd_lite.reconciler import OWNED_ANNOTATION
