@@ -7,8 +7,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from gfd.backends.host import PciGpu
+from gfd.backends.host import PciGpu, with_machine_type
 from gfd.inventory import Device, Inventory, JetsonFacts
+from gfd.settings import Settings
+
+MACHINE_TYPE_FILE = str(Settings().machine_type_file)  # the daemon's default, read below the host root
 
 Status = Literal["PASS", "WARN", "FAIL", "SKIP"]
 
@@ -83,8 +86,9 @@ class Context:
     @property
     def labelled(self) -> Inventory | None:
         """The inventory gfd labels on this host, as ``--backend auto`` chooses: a Jetson's tegra files,
-        else NVML."""
-        return self.tegra if self.tegra is not None else self.nvml
+        else NVML, with the machine type the daemon adds from the DMI product name."""
+        probed = self.tegra if self.tegra is not None else self.nvml
+        return None if probed is None else with_machine_type(probed, self.path(MACHINE_TYPE_FILE))
 
     @property
     def gpu_count(self) -> int:

@@ -86,6 +86,20 @@ def test_healthy_node_in_cluster(host, nvml, doctor, apiserver, cluster):
     )
 
 
+def test_the_machine_type_is_compared_as_the_daemon_writes_it(host, nvml, doctor, apiserver, cluster):
+    nvml("healthy-pci")
+    root = host("healthy-pci")
+    dmi = root / "sys/class/dmi/id/product_name"
+    dmi.parent.mkdir(parents=True, exist_ok=True)
+    dmi.write_text("DGX A100\n")
+    labels = HEALTHY_PCI_LABELS | {"nvidia.com/gpu.machine": "DGX-A100"}
+    apiserver.add_node(NODE, labels=labels, allocatable={"nvidia.com/gpu": "2"})
+    apiserver.add_runtime_class("nvidia")
+    code, report = doctor(root, "--kubeconfig", str(cluster), "--node", NODE)
+    assert layer7(report)["Kubernetes: labels"]["status"] == "PASS", report
+    assert code == 0
+
+
 def test_kubeconfig_from_the_environment_turns_layer_7_on(
     host, nvml, doctor, apiserver, cluster, monkeypatch
 ):
