@@ -178,9 +178,7 @@ def dry_run(
     state.rescan(now)
     for expired in state.expired:
         log.info("%s:%d %s: expired (its +expiry-time has passed)", expired.file, expired.line, expired.key)
-    result = plan_pass(state, NodeState({}, {}, ""), settings, now, allow_removal=True)
-    if result.patch is not None:
-        del result.patch["metadata"]["resourceVersion"]  # the real patch carries the one it read
+    result = plan_pass(state, NodeState(), settings, now, allow_removal=True)
     return {
         "labels": state.labels(now),
         "rejected": [r.as_dict() for r in state.rejected],

@@ -12,7 +12,7 @@ from nfd_lite.features import FeatureState, now_utc
 from nfd_lite.inbox import Inbox
 from nfd_lite.metrics import WriterMetrics
 from nfd_lite.parser import printable
-from nfd_lite.reconciler import NodeState, Plan, owned_keys, plan
+from nfd_lite.reconciler import NodeState, Plan, plan
 from nfd_lite.retry import Outage
 from nfd_lite.selfcheck import check_policy
 from nfd_lite.settings import WriterSettings
@@ -98,9 +98,7 @@ class NodeSync:
                 result.removed or "[]",
             )
             self.inbox.node_seen(updated, own_write=True)
-        latest = self.inbox.node
-        owned = owned_keys(latest.annotations if latest else {}, self.settings.policy.may_own)
-        self.metrics.owned.set(len(owned))
+        self.metrics.owned.set(len(result.owned))
         self.metrics.last_sync.set(time.time())
         self.synced = True
         self.syncs += 1
