@@ -37,7 +37,7 @@ class MainLoop:
         next_resync = time.monotonic() + self.resync_interval
         next_check = time.monotonic() + DIRECTORY_CHECK
         while not self.stop.is_set():
-            expiry = self.features.next_expiry(now_utc())
+            expiry = self.features.next_expiry()
             until = min(next_resync, next_check)
             if expiry is not None:
                 until = min(until, time.monotonic() + (expiry - now_utc()).total_seconds())

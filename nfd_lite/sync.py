@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import datetime
 
 from nfd_lite.client import ApiError, NodeApi
-from nfd_lite.features import FeatureState, now_utc
+from nfd_lite.features import FeatureState
 from nfd_lite.inbox import Inbox
 from nfd_lite.metrics import WriterMetrics
 from nfd_lite.parser import printable
@@ -21,11 +20,11 @@ log = logging.getLogger(__name__)
 
 
 def plan_pass(
-    features: FeatureState, node: NodeState, settings: WriterSettings, now: datetime, allow_removal: bool
+    features: FeatureState, node: NodeState, settings: WriterSettings, *, allow_removal: bool
 ) -> Plan:
-    """What a pass sends to ``node``: the feature files' labels as of ``now``, under the settings' policy."""
+    """What a pass sends to ``node``: the feature files' labels as last read, under the settings' policy."""
     return plan(
-        features.labels(now),
+        features.labels(),
         node,
         overwrite=settings.overwrite,
         allow_removal=allow_removal,
@@ -82,7 +81,7 @@ class NodeSync:
             self._need_read = False
         node = self.inbox.take_node()
         assert node is not None
-        result = plan_pass(self.features, node, self.settings, now_utc(), self._allow_removal())
+        result = plan_pass(self.features, node, self.settings, allow_removal=self._allow_removal())
         self._report(result)
         if result.patch is not None:
             try:

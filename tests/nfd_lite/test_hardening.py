@@ -191,7 +191,7 @@ def test_a_file_that_changes_while_read_is_read_again(
     monkeypatch.setattr(parser.os, "pread", pread_while_written)
     state = FeatureState([tmp_path], Policy())
     state.rescan(NOW)
-    assert state.labels(NOW) == {"nvidia.com/gpu.count": "2", "nvidia.com/gpu.product": "H100"}
+    assert state.labels() == {"nvidia.com/gpu.count": "2", "nvidia.com/gpu.product": "H100"}
     assert state.rejected == []
 
 
@@ -213,7 +213,7 @@ def test_a_file_that_never_stops_changing_keeps_its_last_good_content(
 
     monkeypatch.setattr(parser.os, "pread", pread_while_written)
     state.rescan(NOW)
-    assert state.labels(NOW) == {"nvidia.com/gpu.count": "2"}
+    assert state.labels() == {"nvidia.com/gpu.count": "2"}
     assert [(r.line, r.reason) for r in state.rejected] == [(0, parser.CHANGING)]
     assert [r.reason for r in state.kept] == [parser.CHANGING]
 
@@ -434,7 +434,7 @@ def test_permission_denied_is_a_rejection_even_for_root(
     monkeypatch.setattr(parser.os, "open", open_denied)
     state = FeatureState([tmp_path / "closed", features], Policy())
     state.rescan(NOW)
-    assert state.labels(NOW) == {"nvidia.com/gpu.count": "2"}
+    assert state.labels() == {"nvidia.com/gpu.count": "2"}
     assert [(Path(r.file).name, r.reason, r.detail) for r in state.rejected] == [
         ("closed", parser.DIR_UNREADABLE, "Permission denied"),
         ("locked", parser.UNREADABLE, "Permission denied"),
