@@ -2,8 +2,8 @@
 
 Ownership is recorded on the Node itself in the annotation ``gpu-labeller.io/owned-labels`` (sorted,
 comma-separated keys), so a restarted writer knows what it may remove without any local state. ``plan``
-is the one place that reads and writes that record: a sync pass, ``--dry-run`` and ``prune`` (the plan of
-nothing desired) all take the owned set from its answer.
+is the one place that reads and writes that record; a sync pass (its owned-labels metric included),
+``--dry-run`` and ``prune`` (the plan of nothing desired) all go through it.
 """
 
 from __future__ import annotations

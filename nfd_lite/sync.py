@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from nfd_lite.client import ApiError, NodeApi
 from nfd_lite.features import FeatureState
@@ -70,21 +71,12 @@ class NodeSync:
         self.retry.call(self._attempt, "patch", attempts)
 
     def _attempt(self) -> None:
-        if self.outage.take_long_one():
-            self._policy_checked = False
-        if self.settings.require_admission_policy and not self._policy_checked:
-            check_policy(self.api)  # before the first write, and again after a long outage
-            self._policy_checked = True
-        result = plan_pass(
-            self.features, self._newest_node(), self.settings, allow_removal=self._allow_removal()
-        )
+        self._check_policy_when_due()
+        node = self._newest_node()
+        result = plan_pass(self.features, node, self.settings, allow_removal=self._allow_removal())
         self._report(result)
         if result.patch is not None:
-            try:
-                answer = self.api.patch_node(result.patch)
-            except ApiError:
-                self._read_first = True
-                raise
+            self._learn(self._send(result.patch))
             self.metrics.writes.inc()
             log.info(
                 "patched node %s: set %s, removed %s",
@@ -92,11 +84,17 @@ class NodeSync:
                 result.set_labels or "{}",
                 result.removed or "[]",
             )
-            self._learn(NodeState.from_object(answer))
         self.metrics.owned.set(len(result.owned))
         self.metrics.last_sync.set(time.time())
         self.metrics.syncs.inc()
         self.synced = True
+
+    def _check_policy_when_due(self) -> None:
+        if self.outage.take_long_one():
+            self._policy_checked = False
+        if self.settings.require_admission_policy and not self._policy_checked:
+            check_policy(self.api)  # before the first write, and again after a long outage
+            self._policy_checked = True
 
     def _newest_node(self) -> NodeState:
         self._learn(self.inbox.take_node())
@@ -109,6 +107,14 @@ class NodeSync:
     def _learn(self, node: NodeState | None) -> None:
         if node is not None and node.supersedes(self._node):
             self._node = node
+
+    def _send(self, patch: dict[str, Any]) -> NodeState:
+        """The patch's answer: the Node as this write left it."""
+        try:
+            return NodeState.from_object(self.api.patch_node(patch))
+        except ApiError:
+            self._read_first = True
+            raise
 
     def _allow_removal(self) -> bool:
         grace_over = time.monotonic() - self._started >= self.settings.startup_grace
