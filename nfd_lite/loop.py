@@ -56,6 +56,6 @@ class MainLoop:
                     next_resync = now + self.resync_interval
                 self.scan.rescan()
                 files_due = True
-            # Passes start once the watch has listed the Node, so the daemon never reads it on its own.
+            # Passes start once the watch has listed the Node: the first plans against that list, not a read.
             if (files_due or node_due) and self.inbox.node is not None:
                 self.sync.once()
