@@ -193,15 +193,12 @@ def dry_run(
 
     settings = WriterSettings("", dirs, policy=policy, limits=limits or Limits(), overwrite=overwrite)
     state = FeatureState(dirs, policy, settings.limits)
-    now = now_utc()
-    state.rescan(now)
+    state.rescan(now_utc())
     for expired in state.expired:
         log.info("%s:%d %s: expired (its +expiry-time has passed)", expired.file, expired.line, expired.key)
-    result = plan_pass(state, NodeState({}, {}, ""), settings, now, allow_removal=True)
-    if result.patch is not None:
-        del result.patch["metadata"]["resourceVersion"]  # the real patch carries the one it read
+    result = plan_pass(state, NodeState(), settings, allow_removal=True)
     return {
-        "labels": state.labels(now),
+        "labels": state.labels(),
         "rejected": [r.as_dict() for r in state.rejected],
         "expired": [e.as_dict() for e in state.expired],
         "patch": result.patch,

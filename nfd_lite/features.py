@@ -76,6 +76,11 @@ class FeatureState:
     A file that becomes unreadable or invalid keeps contributing its last good content (a read error
     must not make labels flap); a file that is deleted stops contributing. Everything worth a warning is
     exposed as data (``rejected``, ``overrides``, ``kept``), so the caller can report each once per change.
+
+    +expiry-time is applied here, when the files are read, as upstream NFD does: the parser drops a line
+    whose time has passed, and last good content is held to the same clock. So what ``labels`` returns
+    holds until ``next_expiry``, when the files must be read again (a line an expired one overrode then
+    counts again).
     """
 
     def __init__(self, directories: list[Path], policy: Policy, limits: Limits | None = None) -> None:
@@ -103,7 +108,10 @@ class FeatureState:
             previous = self._last_good.get(result.path)
             if previous is not None:
                 kept.append(result.rejected[0])
-                used.append(replace(previous, rejected=result.rejected))
+                live = {
+                    k: ln for k, ln in previous.label_lines.items() if ln.expires is None or ln.expires > now
+                }
+                used.append(replace(previous, label_lines=live, rejected=result.rejected))
             else:
                 used.append(result)
         present = {result.path for result in found.results}
@@ -120,14 +128,12 @@ class FeatureState:
         self.capped = dict.fromkeys(CAPS, 0) | found.capped | capped
         self.files_seen = self.files_seen or bool(found.results)
 
-    def labels(self, now: datetime) -> dict[str, str]:
-        return {
-            key: label_line.value
-            for key, label_line in sorted(self.label_lines.items())
-            if label_line.expires is None or label_line.expires > now
-        }
+    def labels(self) -> dict[str, str]:
+        """The labels the files gave at the last ``rescan``, by key."""
+        return {key: label_line.value for key, label_line in sorted(self.label_lines.items())}
 
-    def next_expiry(self, now: datetime) -> datetime | None:
-        expiries = (line.expires for line in self.label_lines.values())
-        pending = [when for when in expiries if when is not None and when > now]
-        return min(pending) if pending else None
+    def next_expiry(self) -> datetime | None:
+        """The soonest +expiry-time of a label held: the files must be read again then."""
+        return min(
+            (line.expires for line in self.label_lines.values() if line.expires is not None), default=None
+        )

@@ -1,8 +1,11 @@
-"""What the watching threads saw, handed to the main loop: file events (debounced) and the newest Node.
+"""What the watching threads saw, handed to the main loop: file events (debounced) and the newest Node
+the watch delivered.
 
 Threads: watchdog's observer and the Node watch only record here what happened and wake the main loop;
-the main loop alone reads files and writes to the API, so there is never more than one write in flight
-and every write is planned against the latest Node it has seen.
+the main loop alone reads files and writes to the API, so there is never more than one write in flight.
+The answers to the writer's own requests (its read, its patch) never come through here: the sync pass
+keeps them itself (``sync``), so its own write's answer does not wake the loop for another pass. Here as
+there, an older resourceVersion never wins over a newer one.
 """
 
 from __future__ import annotations
@@ -15,13 +18,6 @@ from nfd_lite.reconciler import NodeState
 from nfd_lite.watcher import Debouncer
 
 
-def _newer(candidate: str, known: str) -> bool:
-    """resourceVersions are opaque, but when both are integers an older event must not win."""
-    if candidate.isdigit() and known.isdigit():
-        return int(candidate) >= int(known)
-    return True
-
-
 class Inbox:
     def __init__(self, debounce: float, debounce_cap: float) -> None:
         self._cond = threading.Condition()
@@ -31,6 +27,7 @@ class Inbox:
 
     @property
     def node(self) -> NodeState | None:
+        """The newest Node the watch delivered; None until it has listed it."""
         return self._node
 
     def files_changed(self) -> None:
@@ -38,20 +35,17 @@ class Inbox:
             self._debounce.note(time.monotonic())
             self._cond.notify()
 
-    def node_seen(self, node: dict[str, Any], *, own_write: bool = False) -> None:
-        """A Node as read, watched or returned by our own patch; an older one than known is ignored. Our
-        own write's answer needs no further pass, so it does not wake the loop."""
+    def node_seen(self, node: dict[str, Any]) -> None:
+        """A Node as the watch listed or delivered it; one older than the newest known is ignored."""
         state = NodeState.from_object(node)
         with self._cond:
-            if self._node is None or _newer(state.resource_version, self._node.resource_version):
+            if state.supersedes(self._node):
                 self._node = state
-                self._node_changed = not own_write
+                self._node_changed = True
                 self._cond.notify()
-            elif own_write:
-                self._node_changed = False
 
     def take_node(self) -> NodeState | None:
-        """The newest Node, marking it seen."""
+        """The newest Node the watch delivered, marking it seen."""
         with self._cond:
             self._node_changed = False
             return self._node
@@ -61,8 +55,8 @@ class Inbox:
             self._cond.notify_all()
 
     def wait(self, until: float) -> tuple[bool, bool]:
-        """Wait until ``until`` (monotonic), a debounced burst of file events is due, or the Node changed;
-        returns (files due, node changed)."""
+        """Wait until ``until`` (monotonic), a debounced burst of file events is due, or the watch delivered
+        a Node not yet taken; returns (files due, node changed)."""
         with self._cond:
             now = time.monotonic()
             debounce = self._debounce.deadline()

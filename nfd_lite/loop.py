@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 
 from nfd_lite.features import FeatureState, now_utc
 from nfd_lite.inbox import Inbox
+from nfd_lite.scanreport import ScanReporter
+from nfd_lite.sync import NodeSync
 from nfd_lite.watcher import DirWatcher
 
 DIRECTORY_CHECK = 1.0  # seconds between checks that each directory is still the one watched
@@ -18,16 +19,17 @@ DIRECTORY_CHECK = 1.0  # seconds between checks that each directory is still the
 class MainLoop:
     def __init__(
         self,
+        *,
         inbox: Inbox,
         features: FeatureState,
-        rescan: Callable[[], None],
-        sync: Callable[[], None],
+        scan: ScanReporter,
+        sync: NodeSync,
         resync_interval: float,
         stop: threading.Event,
     ) -> None:
         self.inbox = inbox
         self.features = features
-        self.rescan = rescan
+        self.scan = scan
         self.sync = sync
         self.resync_interval = resync_interval
         self.stop = stop
@@ -37,7 +39,7 @@ class MainLoop:
         next_resync = time.monotonic() + self.resync_interval
         next_check = time.monotonic() + DIRECTORY_CHECK
         while not self.stop.is_set():
-            expiry = self.features.next_expiry(now_utc())
+            expiry = self.features.next_expiry()
             until = min(next_resync, next_check)
             if expiry is not None:
                 until = min(until, time.monotonic() + (expiry - now_utc()).total_seconds())
@@ -52,7 +54,8 @@ class MainLoop:
             if files_due or expired or now >= next_resync:
                 if now >= next_resync:
                     next_resync = now + self.resync_interval
-                self.rescan()
+                self.scan.rescan()
                 files_due = True
+            # Passes start once the watch has listed the Node: the first plans against that list, not a read.
             if (files_due or node_due) and self.inbox.node is not None:
-                self.sync()
+                self.sync.once()

@@ -11,6 +11,9 @@ class WriterMetrics:
         self.writes = Counter(
             "nfd_lite_writes", "PATCH requests that changed the Node", registry=self.registry
         )
+        self.syncs = Counter(
+            "nfd_lite_syncs", "Sync passes completed, with or without a write", registry=self.registry
+        )
         self.rejected = Counter(
             "nfd_lite_rejected_lines",
             "Feature-file lines (or whole files) rejected, by reason",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from nfd_lite.apierrors import AccessDenied, NotFound
 from nfd_lite.client import NodeApi
 from nfd_lite.policy import Policy
-from nfd_lite.reconciler import NodeState, prune_patch
+from nfd_lite.reconciler import NodeState, plan
 from nfd_lite.retry import RetryPolicy
 
 PRUNE_MAX_BACKOFF = 5.0  # a one-off command: give up within seconds, not minutes
@@ -17,13 +17,10 @@ def prune(api: NodeApi, policy: Policy, attempts: int = 5) -> list[str]:
     removed: list[str] = []
 
     def once() -> None:
-        node = NodeState.from_object(api.get_node())
-        body = prune_patch(node, policy.may_own)
-        removed[:] = sorted(
-            k for k, v in (body or {}).get("metadata", {}).get("labels", {}).items() if v is None
-        )
-        if body is not None:
-            api.patch_node(body)
+        result = plan({}, NodeState.from_object(api.get_node()), may_own=policy.may_own)
+        removed[:] = result.removed
+        if result.patch is not None:
+            api.patch_node(result.patch)
 
     retry = RetryPolicy(max_backoff=PRUNE_MAX_BACKOFF, final=(AccessDenied, NotFound))
     retry.call(once, "prune", attempts)

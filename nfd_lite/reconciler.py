@@ -1,7 +1,9 @@
 """Pure reconciliation: desired labels + the Node as read -> the smallest merge patch, or None.
 
 Ownership is recorded on the Node itself in the annotation ``gpu-labeller.io/owned-labels`` (sorted,
-comma-separated keys), so a restarted writer knows what it may remove without any local state.
+comma-separated keys), so a restarted writer knows what it may remove without any local state. ``plan``
+is the one place that reads and writes that record; a sync pass (its owned-labels metric included),
+``--dry-run`` and ``prune`` (the plan of nothing desired) all go through it.
 """
 
 from __future__ import annotations
@@ -15,9 +17,12 @@ OWNED_ANNOTATION = "gpu-labeller.io/owned-labels"
 
 @dataclass(frozen=True)
 class NodeState:
-    labels: Mapping[str, str]
-    annotations: Mapping[str, str]
-    resource_version: str
+    """The parts of a Node a plan looks at. The defaults are a Node that carries nothing and was never
+    read (what ``--dry-run`` plans against)."""
+
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    resource_version: str = ""
 
     @classmethod
     def from_object(cls, node: Mapping[str, Any]) -> NodeState:
@@ -27,6 +32,16 @@ class NodeState:
             dict(meta.get("annotations") or {}),
             str(meta.get("resourceVersion") or ""),
         )
+
+    def supersedes(self, known: NodeState | None) -> bool:
+        """Whether this Node may replace ``known`` as the newest one seen. resourceVersions are opaque, but
+        when both are integers an older one must not win."""
+        if known is None:
+            return True
+        mine, theirs = self.resource_version, known.resource_version
+        if mine.isdigit() and theirs.isdigit():
+            return int(mine) >= int(theirs)
+        return True
 
 
 @dataclass(frozen=True)
@@ -39,12 +54,13 @@ class Conflict:
 @dataclass
 class Plan:
     patch: dict[str, Any] | None
+    owned: frozenset[str]  # the keys the ownership record lists once ``patch`` is applied
     conflicts: list[Conflict] = field(default_factory=list)
     set_labels: dict[str, str] = field(default_factory=dict)
     removed: list[str] = field(default_factory=list)
 
 
-def owned_keys(annotations: Mapping[str, str], may_own: Callable[[str], bool]) -> set[str]:
+def _owned_keys(annotations: Mapping[str, str], may_own: Callable[[str], bool]) -> set[str]:
     """Keys listed in the ownership annotation that ``may_own`` accepts (``Policy.may_own``: everything but
     reserved-namespace and control labels). A key under a prefix that is no longer allowed stays owned, so it
     is removed rather than orphaned; a reserved or control label is never treated as owned, so an edited
@@ -54,13 +70,11 @@ def owned_keys(annotations: Mapping[str, str], may_own: Callable[[str], bool]) -
 
 
 def _body(node: NodeState, labels: dict[str, str | None], owned: set[str]) -> dict[str, Any]:
-    return {
-        "metadata": {
-            "resourceVersion": node.resource_version,
-            "labels": labels,
-            "annotations": {OWNED_ANNOTATION: ",".join(sorted(owned)) if owned else None},
-        }
-    }
+    # The resourceVersion planned against is the patch's precondition; a Node never read offers none.
+    meta: dict[str, Any] = {"resourceVersion": node.resource_version} if node.resource_version else {}
+    meta["labels"] = labels
+    meta["annotations"] = {OWNED_ANNOTATION: ",".join(sorted(owned)) if owned else None}
+    return {"metadata": meta}
 
 
 def plan(
@@ -76,8 +90,10 @@ def plan(
     - an owned key with a different (or no) value is set again: that is drift repair;
     - a key that exists but is not owned is a conflict and is left alone, unless ``overwrite``;
     - owned keys no longer desired are removed, unless ``allow_removal`` is False (start-up grace).
+
+    Nothing desired is ``prune``: every owned label on the Node goes, and the record with them.
     """
-    owned = owned_keys(node.annotations, may_own)
+    owned = _owned_keys(node.annotations, may_own)
     changes: dict[str, str | None] = {}
     conflicts: list[Conflict] = []
     new_owned: set[str] = set()
@@ -98,15 +114,10 @@ def plan(
             removed.append(key)
     recorded = node.annotations.get(OWNED_ANNOTATION)
     wanted = ",".join(sorted(new_owned)) if new_owned else None
-    result = Plan(None, conflicts, {k: v for k, v in changes.items() if v is not None}, removed)
-    if changes or recorded != wanted:
-        result.patch = _body(node, changes, new_owned)
-    return result
-
-
-def prune_patch(node: NodeState, may_own: Callable[[str], bool]) -> dict[str, Any] | None:
-    """The patch removing every owned label and the ownership record; None if nothing is owned."""
-    if OWNED_ANNOTATION not in node.annotations:
-        return None
-    owned = owned_keys(node.annotations, may_own)
-    return _body(node, {key: None for key in sorted(owned) if key in node.labels}, set())
+    return Plan(
+        patch=_body(node, changes, new_owned) if changes or recorded != wanted else None,
+        owned=frozenset(new_owned),
+        conflicts=conflicts,
+        set_labels={k: v for k, v in changes.items() if v is not None},
+        removed=removed,
+    )

@@ -2,7 +2,8 @@
 
 ``Service`` puts the parts together and runs them: the directory watcher and the Node watch
 (``nodewatch``) feed the ``Inbox``; the main loop (``loop``) rescans (``scanreport``) and runs sync passes
-(``sync``), each request under the one retry policy (``retry``).
+(``sync``), which take the newest watched Node from the ``Inbox`` and make each request under the one
+retry policy (``retry``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class Service:
         self.features = FeatureState(settings.directories, settings.policy, settings.limits)
         self.inbox = Inbox(settings.debounce, settings.debounce_cap)
         outage = Outage(settings.policy_recheck_after)
-        self.retry = RetryPolicy(
+        retry = RetryPolicy(
             max_backoff=settings.max_backoff,
             slow_retry=settings.slow_retry,
             final=(PolicyNotEnforced,),  # refusing to write is the answer, not a failure
@@ -49,18 +50,21 @@ class Service:
             outage=outage,
         )
         self.scan = ScanReporter(self.features, self.metrics)
-        self.node_sync = NodeSync(settings, api, self.metrics, self.features, self.inbox, outage)
-        self.watch = NodeWatch(api, settings.node_name, settings.watch_timeout, self.retry, self.inbox)
+        self.node_sync = NodeSync(
+            settings=settings,
+            api=api,
+            features=self.features,
+            inbox=self.inbox,
+            retry=retry,
+            outage=outage,
+            metrics=self.metrics,
+        )
+        self.watch = NodeWatch(api, settings.node_name, settings.watch_timeout, retry, self.inbox)
 
     @property
     def synced(self) -> bool:
         """Whether one sync pass has completed (/readyz)."""
         return self.node_sync.synced
-
-    @property
-    def syncs(self) -> int:
-        """Completed sync passes, with or without a write."""
-        return self.node_sync.syncs
 
     def stop(self) -> None:
         self._stop.set()
@@ -69,9 +73,6 @@ class Service:
 
     def healthy(self) -> bool:
         return not self._stop.is_set() and self.watch.alive()
-
-    def sync(self, attempts: int | None = None) -> None:
-        self.retry.call(self.node_sync.once, "patch", attempts)
 
     def run(self) -> None:
         """Run until ``stop()``. Labels are left as they are on exit."""
@@ -98,7 +99,14 @@ class Service:
             ) from err
         self.scan.rescan()
         self.watch.start()
-        loop = MainLoop(self.inbox, self.features, self.scan.rescan, self.sync, s.resync_interval, self._stop)
+        loop = MainLoop(
+            inbox=self.inbox,
+            features=self.features,
+            scan=self.scan,
+            sync=self.node_sync,
+            resync_interval=s.resync_interval,
+            stop=self._stop,
+        )
         try:
             loop.run(watcher)
         except Stopped:
@@ -114,4 +122,4 @@ class Service:
     def oneshot(self, attempts: int = 5) -> None:
         """One scan, one read, at most one write (plus retries)."""
         self.scan.rescan()
-        self.sync(attempts)
+        self.node_sync.once(attempts)

@@ -1,20 +1,25 @@
-"""One sync pass: check the admission policy when due, read the Node if needed, plan, report conflicts,
-patch, record metrics. Runs on the main loop's thread only."""
+"""One sync pass: check the admission policy when due, plan against the newest Node known, report
+conflicts, patch, record metrics; each attempt under the retry policy. Runs on the main loop's thread only.
+
+The newest Node known is the newer of the one the watch delivered (through the ``Inbox``) and the answers
+to this writer's own requests: a read when it has no Node yet or a patch failed, and each patch's answer.
+Those answers are kept here, not sent round through the ``Inbox``.
+"""
 
 from __future__ import annotations
 
 import logging
 import time
-from datetime import datetime
+from typing import Any
 
 from nfd_lite.apierrors import ApiError
 from nfd_lite.client import NodeApi
-from nfd_lite.features import FeatureState, now_utc
+from nfd_lite.features import FeatureState
 from nfd_lite.inbox import Inbox
 from nfd_lite.metrics import WriterMetrics
-from nfd_lite.reconciler import NodeState, Plan, owned_keys, plan
+from nfd_lite.reconciler import NodeState, Plan, plan
 from nfd_lite.rejections import printable
-from nfd_lite.retry import Outage
+from nfd_lite.retry import Outage, RetryPolicy
 from nfd_lite.selfcheck import check_policy
 from nfd_lite.settings import WriterSettings
 
@@ -22,11 +27,12 @@ log = logging.getLogger(__name__)
 
 
 def plan_pass(
-    features: FeatureState, node: NodeState, settings: WriterSettings, now: datetime, allow_removal: bool
+    features: FeatureState, node: NodeState, settings: WriterSettings, *, allow_removal: bool
 ) -> Plan:
-    """What a pass sends to ``node``: the feature files' labels as of ``now``, under the settings' policy."""
+    """What a pass sends to ``node``: the feature files' labels as last read, under the settings' policy.
+    ``--dry-run`` plans with it too, against a Node that carries nothing, and sends nothing."""
     return plan(
-        features.labels(now),
+        features.labels(),
         node,
         overwrite=settings.overwrite,
         allow_removal=allow_removal,
@@ -37,25 +43,79 @@ def plan_pass(
 class NodeSync:
     def __init__(
         self,
+        *,
         settings: WriterSettings,
         api: NodeApi,
-        metrics: WriterMetrics,
         features: FeatureState,
         inbox: Inbox,
+        retry: RetryPolicy,
         outage: Outage,
+        metrics: WriterMetrics,
     ) -> None:
         self.settings = settings
         self.api = api
-        self.metrics = metrics
         self.features = features
         self.inbox = inbox
+        self.retry = retry
         self.outage = outage
-        self.synced = False
-        self.syncs = 0  # completed sync passes (with or without a write)
+        self.metrics = metrics
+        self.synced = False  # one pass has completed (/readyz)
+        self._node: NodeState | None = None  # the newest Node known: watched, read or patched
+        self._read_first = False  # a patch failed (409, or no answer): read the Node before planning again
         self._started = time.monotonic()
         self._conflicts: set[tuple[str, str]] = set()
         self._policy_checked = False
-        self._need_read = False
+
+    def once(self, attempts: int | None = None) -> None:
+        """One pass, tried again under the retry policy until it completes, ``attempts`` are used up (the
+        last failure is raised) or the writer stops (Stopped)."""
+        self.retry.call(self._attempt, "patch", attempts)
+
+    def _attempt(self) -> None:
+        self._check_policy_when_due()
+        node = self._newest_node()
+        result = plan_pass(self.features, node, self.settings, allow_removal=self._allow_removal())
+        self._report(result)
+        if result.patch is not None:
+            self._learn(self._send(result.patch))
+            self.metrics.writes.inc()
+            log.info(
+                "patched node %s: set %s, removed %s",
+                self.settings.node_name,
+                result.set_labels or "{}",
+                result.removed or "[]",
+            )
+        self.metrics.owned.set(len(result.owned))
+        self.metrics.last_sync.set(time.time())
+        self.metrics.syncs.inc()
+        self.synced = True
+
+    def _check_policy_when_due(self) -> None:
+        if self.outage.take_long_one():
+            self._policy_checked = False
+        if self.settings.require_admission_policy and not self._policy_checked:
+            check_policy(self.api)  # before the first write, and again after a long outage
+            self._policy_checked = True
+
+    def _newest_node(self) -> NodeState:
+        self._learn(self.inbox.take_node())
+        if self._node is None or self._read_first:
+            self._learn(NodeState.from_object(self.api.get_node()))
+            self._read_first = False
+        assert self._node is not None
+        return self._node
+
+    def _learn(self, node: NodeState | None) -> None:
+        if node is not None and node.supersedes(self._node):
+            self._node = node
+
+    def _send(self, patch: dict[str, Any]) -> NodeState:
+        """The patch's answer: the Node as this write left it."""
+        try:
+            return NodeState.from_object(self.api.patch_node(patch))
+        except ApiError:
+            self._read_first = True
+            raise
 
     def _allow_removal(self) -> bool:
         grace_over = time.monotonic() - self._started >= self.settings.startup_grace
@@ -71,37 +131,3 @@ class NodeSync:
                     printable(conflict.key),
                 )
         self._conflicts = current
-
-    def once(self) -> None:
-        if self.outage.take_long_one():
-            self._policy_checked = False
-        if self.settings.require_admission_policy and not self._policy_checked:
-            check_policy(self.api)  # before the first write, and again after a long outage
-            self._policy_checked = True
-        if self._need_read or self.inbox.node is None:
-            self.inbox.node_seen(self.api.get_node())
-            self._need_read = False
-        node = self.inbox.take_node()
-        assert node is not None
-        result = plan_pass(self.features, node, self.settings, now_utc(), self._allow_removal())
-        self._report(result)
-        if result.patch is not None:
-            try:
-                updated = self.api.patch_node(result.patch)
-            except ApiError:
-                self._need_read = True  # stale (409) or unknown outcome: plan again from a fresh read
-                raise
-            self.metrics.writes.inc()
-            log.info(
-                "patched node %s: set %s, removed %s",
-                self.settings.node_name,
-                result.set_labels or "{}",
-                result.removed or "[]",
-            )
-            self.inbox.node_seen(updated, own_write=True)
-        latest = self.inbox.node
-        owned = owned_keys(latest.annotations if latest else {}, self.settings.policy.may_own)
-        self.metrics.owned.set(len(owned))
-        self.metrics.last_sync.set(time.time())
-        self.synced = True
-        self.syncs += 1

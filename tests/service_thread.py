@@ -42,8 +42,12 @@ class ServiceThread:
 
     def settle(self) -> None:
         """Wait until the writer has completed one more sync pass than now (after an event)."""
-        before = self.service.syncs
-        assert eventually(lambda: self.service.syncs > before)
+        before = self.syncs()
+        assert eventually(lambda: self.syncs() > before)
+
+    def syncs(self) -> float:
+        """Sync passes completed, as the writer's metrics count them."""
+        return self.metric("nfd_lite_syncs_total")
 
     def metric(self, name: str, **labels: str) -> float:
         value = self.service.metrics.registry.get_sample_value(name, labels or None)

@@ -101,9 +101,9 @@ def test_owned_drift_is_repaired_foreign_edits_ignored(
         )
         assert eventually(lambda: ours(kube, node) == want)
         patches = [e for e in w.requests() if e["verb"] == "patch"]
-        syncs = w.service.syncs
+        syncs = w.syncs()
         kube.patch_node(node, {"metadata": {"labels": {"team.example.com/owner": "infra"}}})
-        assert eventually(lambda: w.service.syncs > syncs), "the watch delivered the foreign edit"
+        assert eventually(lambda: w.syncs() > syncs), "the watch delivered the foreign edit"
         assert [e for e in w.requests() if e["verb"] == "patch"] == patches
 
 

@@ -16,4 +16,4 @@ def read_dirs(*dirs: Path) -> tuple[dict[str, str], list[Rejection]]:
     """The labels and rejections of one scan of ``dirs`` at ``NOW``."""
     state = FeatureState(list(dirs), Policy())
     state.rescan(NOW)
-    return state.labels(NOW), state.rejected
+    return state.labels(), state.rejected

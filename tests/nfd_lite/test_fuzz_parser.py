@@ -123,7 +123,7 @@ def test_any_directory_is_read_without_error_leak_or_excess(
         features = build(Path(temp), dir_is_account_link, layout)
         state = FeatureState([features], Policy(), LIMITS)
         state.rescan(NOW)
-        labels = state.labels(NOW)
+        labels = state.labels()
         result = plan(labels, NodeState({}, {}, "1"), may_own=Policy.may_own)
         printed = json.dumps(dry_run([features], Policy(), False, LIMITS))
         print(printed)

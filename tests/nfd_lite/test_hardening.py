@@ -194,7 +194,7 @@ def test_a_file_that_changes_while_read_is_read_again(
     monkeypatch.setattr(readfile.os, "pread", pread_while_written)
     state = FeatureState([tmp_path], Policy())
     state.rescan(NOW)
-    assert state.labels(NOW) == {"nvidia.com/gpu.count": "2", "nvidia.com/gpu.product": "H100"}
+    assert state.labels() == {"nvidia.com/gpu.count": "2", "nvidia.com/gpu.product": "H100"}
     assert state.rejected == []
 
 
@@ -216,7 +216,7 @@ def test_a_file_that_never_stops_changing_keeps_its_last_good_content(
 
     monkeypatch.setattr(readfile.os, "pread", pread_while_written)
     state.rescan(NOW)
-    assert state.labels(NOW) == {"nvidia.com/gpu.count": "2"}
+    assert state.labels() == {"nvidia.com/gpu.count": "2"}
     assert [(r.line, r.reason) for r in state.rejected] == [(0, readfile.CHANGING)]
     assert [r.reason for r in state.kept] == [readfile.CHANGING]
 
@@ -436,7 +436,7 @@ def test_permission_denied_is_a_rejection_even_for_root(
     monkeypatch.setattr(os, "open", open_denied)  # directories and files alike
     state = FeatureState([tmp_path / "closed", features], Policy())
     state.rescan(NOW)
-    assert state.labels(NOW) == {"nvidia.com/gpu.count": "2"}
+    assert state.labels() == {"nvidia.com/gpu.count": "2"}
     assert [(Path(r.file).name, r.reason, r.detail) for r in state.rejected] == [
         ("closed", scan.DIR_UNREADABLE, "Permission denied"),
         ("locked", readfile.UNREADABLE, "Permission denied"),

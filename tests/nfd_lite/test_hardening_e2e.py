@@ -34,7 +34,7 @@ def test_warnings_are_logged_once_per_change_escaped_and_without_content(
         write_atomic(w.dir, "a", "nvidia.com/gpu.count=2\n\0")  # turns bad: its last good content stays
         for _ in range(3):  # periodic rescans find the same files: nothing new to say
             w.settle()
-        assert eventually(lambda: w.service.syncs > 3)
+        assert eventually(lambda: w.syncs() > 3)
     messages = [r.getMessage() for r in caplog.records]
     assert sum("overrides nvidia.com/gpu.count" in m for m in messages) == 1
     assert sum("invalid-value" in m for m in messages) == 1

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from nfd_lite.policy import Policy
-from nfd_lite.reconciler import OWNED_ANNOTATION, NodeState, plan, prune_patch
+from nfd_lite.reconciler import OWNED_ANNOTATION, NodeState, plan
 
 OTHER = {"kubernetes.io/hostname": "n1", "team.example.com/owner": "ml"}
 MAY_OWN = Policy().may_own
@@ -108,7 +108,7 @@ def test_owned_labels_under_a_prefix_no_longer_allowed_are_removed_not_orphaned(
     assert result.patch is not None
     assert result.patch["metadata"]["labels"] == {"example.com/x": None}
     assert result.patch["metadata"]["annotations"] == {OWNED_ANNOTATION: "nvidia.com/gpu.count"}
-    pruned = prune_patch(current, narrowed.may_own)
+    pruned = plan({}, current, may_own=narrowed.may_own).patch
     assert pruned is not None
     assert pruned["metadata"]["labels"] == {"example.com/x": None, "nvidia.com/gpu.count": None}
 
@@ -121,8 +121,38 @@ def test_during_start_up_grace_owned_labels_stay_owned_but_control_labels_leave_
     assert result.patch["metadata"]["annotations"] == {OWNED_ANNOTATION: "nvidia.com/a"}
 
 
-def test_prune_removes_owned_labels_and_the_record_only() -> None:
+def test_prune_is_the_plan_of_nothing_it_removes_owned_labels_and_the_record_only() -> None:
     current = node({"nvidia.com/a": "1"}, "nvidia.com/a,nvidia.com/gone,kubernetes.io/hostname")
     meta = {"resourceVersion": "7", "labels": {"nvidia.com/a": None}, "annotations": {OWNED_ANNOTATION: None}}
-    assert prune_patch(current, MAY_OWN) == {"metadata": meta}
-    assert prune_patch(node({"nvidia.com/a": "1"}), MAY_OWN) is None
+    pruned = plan({}, current, may_own=MAY_OWN)
+    assert (pruned.patch, pruned.removed, pruned.owned) == ({"metadata": meta}, ["nvidia.com/a"], frozenset())
+    assert plan({}, node({"nvidia.com/a": "1"}), may_own=MAY_OWN).patch is None
+
+
+def test_the_plan_says_what_the_record_lists_once_applied() -> None:
+    current = node(
+        {"nvidia.com/a": "1", "nvidia.com/b": "2"}, "nvidia.com/a,nvidia.com/b,nvidia.com/mig.config"
+    )
+    assert plan({"nvidia.com/a": "1", "nvidia.com/c": "3"}, current, may_own=MAY_OWN).owned == {
+        "nvidia.com/a",
+        "nvidia.com/c",
+    }
+    assert plan({}, current, allow_removal=False, may_own=MAY_OWN).owned == {"nvidia.com/a", "nvidia.com/b"}
+    unchanged = node({"nvidia.com/a": "1"}, "nvidia.com/a")
+    result = plan({"nvidia.com/a": "1"}, unchanged, may_own=MAY_OWN)
+    assert (result.patch, result.owned) == (None, {"nvidia.com/a"})
+
+
+def test_a_node_never_read_gets_no_resource_version_precondition() -> None:
+    result = plan({"nvidia.com/a": "1"}, NodeState(), may_own=MAY_OWN)
+    assert result.patch == {
+        "metadata": {"labels": {"nvidia.com/a": "1"}, "annotations": {OWNED_ANNOTATION: "nvidia.com/a"}}
+    }
+
+
+def test_an_older_resource_version_never_supersedes_a_newer_one() -> None:
+    assert NodeState(resource_version="10").supersedes(NodeState(resource_version="9"))
+    assert NodeState(resource_version="9").supersedes(NodeState(resource_version="9"))
+    assert not NodeState(resource_version="9").supersedes(NodeState(resource_version="10"))
+    assert NodeState(resource_version="9").supersedes(None)
+    assert NodeState(resource_version="opaque").supersedes(NodeState(resource_version="10"))

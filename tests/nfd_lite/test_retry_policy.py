@@ -66,9 +66,9 @@ def test_a_long_outage_makes_it_check_the_admission_policy_again(
             server.drop_watches()
             assert eventually(lambda: fault.hits == 4 and server.open_watches == 1)
             server.drop_watches()  # that watch ending is the first answer since the outage began
-            syncs = w.service.syncs
+            syncs = w.syncs()
             server.patch_node(NODE, {"metadata": {"labels": {"example.com/team": "ml"}}})
-            assert eventually(lambda: w.service.syncs > syncs)  # a pass with nothing to write
+            assert eventually(lambda: w.syncs() > syncs)  # a pass with nothing to write
         assert ours(server) == WANT
         assert _probes(server) == probes
 
