@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -133,3 +134,32 @@ def test_the_dry_run_prints_what_the_first_pass_sends_but_the_precondition(
     assert sent["metadata"].pop("resourceVersion")
     assert printed["patch"] == sent
     assert printed["labels"] == p.features.labels()
+
+
+def test_a_change_the_watch_delivers_while_a_patch_is_answered_still_gets_its_pass(
+    cluster: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Under load the watch can deliver our own write and an administrator's edit right after it before the
+    # main loop has the patch's answer; that older answer must not hide the edit (nothing would repair it
+    # until the next resync).
+    p = parts(cluster, tmp_path)
+    p.inbox.node_seen(cluster.get_node(NODE))
+    p.inbox.take_node()
+    patch_node = p.api.patch_node
+
+    def answered_late(body: Any, **kwargs: Any) -> dict[str, Any]:
+        answer = patch_node(body, **kwargs)
+        p.inbox.node_seen(answer)  # the watch: our own write...
+        edited = cluster.set_node_labels(NODE, {"nvidia.com/gpu.count": "7"})
+        p.inbox.node_seen(edited)  # ...and the edit after it, both before our answer is taken
+        return answer
+
+    monkeypatch.setattr(p.api, "patch_node", answered_late)
+    change(p, "nvidia.com/gpu.count=2\n")
+    p.sync.once()
+    assert ours(cluster) == {"nvidia.com/gpu.count": "7"}
+    assert p.inbox.wait(time.monotonic()) == (False, True)  # the edit still asks for a pass
+    monkeypatch.setattr(p.api, "patch_node", patch_node)
+    p.sync.once()
+    assert ours(cluster) == {"nvidia.com/gpu.count": "2"}
+    assert p.metric("nfd_lite_api_errors_total", code="409") == 0
