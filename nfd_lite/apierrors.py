@@ -6,10 +6,32 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 # How the API server words a ValidatingAdmissionPolicy's denial (its validating dispatcher), with or
 # without the binding's name; every other 403 is RBAC's or another admission controller's.
-_POLICY_DENIAL = re.compile(r"ValidatingAdmissionPolicy '[^']*'(?: with binding '[^']*')? denied request")
+_POLICY_DENIAL = re.compile(
+    r"ValidatingAdmissionPolicy '(?P<policy>[^']*)'(?: with binding '(?P<binding>[^']*)')? denied request"
+)
+
+
+@dataclass(frozen=True)
+class PolicyDenial:
+    """Which ValidatingAdmissionPolicy (and binding, when the server names it) refused a request."""
+
+    policy: str
+    binding: str | None
+
+    def __str__(self) -> str:
+        named = f"ValidatingAdmissionPolicy '{self.policy}'"
+        return named + (f" with binding '{self.binding}'" if self.binding is not None else "")
+
+
+def policy_denial(message: str) -> PolicyDenial | None:
+    """The policy the server names in ``message`` as having denied the request, or None. A policy's
+    ``reason`` sets the status (403, but 422 by default, or 401, 413), so this reads the wording only."""
+    found = _POLICY_DENIAL.search(message)
+    return PolicyDenial(found["policy"], found["binding"]) if found else None
 
 
 class ApiError(Exception):

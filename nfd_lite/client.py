@@ -2,8 +2,9 @@
 
 ``CoreV1Api`` would import some 250 model modules (about 20 MiB more resident memory) to hand back
 objects this writer only reads three fields of, so requests go through ``call_api`` and JSON comes
-back as dicts. Every request carries a timeout; no request ever names another node. A failure is
-raised as the ``apierrors`` class saying what it means.
+back as dicts. Every request carries a timeout. Only the start-up self-check names another node, in a
+list of one and a dry-run patch that the server never stores (``probe_other_node``). A failure is raised
+as the ``apierrors`` class saying what it means.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ log = logging.getLogger(__name__)
 MERGE_PATCH = "application/merge-patch+json"
 USER_AGENT = "nfd-lite/0.1"
 FIELD_MANAGER = "nfd-lite"
+_NODES = "/api/v1/nodes"
 
 
 class NodeApi:
@@ -73,7 +75,7 @@ class NodeApi:
         stream: bool = False,
     ) -> Any:
         headers = {"Accept": "application/json"}
-        verb = method.lower() if path == self._path else "watch" if stream else "list"
+        verb = "watch" if stream else "list" if path == _NODES else method.lower()
         if content_type:
             headers["Content-Type"] = content_type
         for attempt in (1, 2):
@@ -114,12 +116,30 @@ class NodeApi:
         )
         return node
 
+    def other_node(self) -> dict[str, Any] | None:
+        """Some Node other than this one (None on a one-node cluster), for the self-check's probe."""
+        query = [("fieldSelector", f"metadata.name!={self.node_name}"), ("limit", "1")]
+        result = self._send("GET", _NODES, query=query)
+        items = result.get("items") or []
+        node: dict[str, Any] | None = items[0] if items else None
+        return node
+
+    def probe_other_node(self, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """A dry-run merge patch of another Node, always with ``dryRun=All``: the server runs admission and
+        stores nothing. The one request that names another node; nothing else may write one."""
+        query = [("fieldManager", FIELD_MANAGER), ("dryRun", "All")]
+        path = _NODES + "/" + quote(name, safe="")
+        node: dict[str, Any] = self._send(
+            "PATCH", path, query=query, body=dict(body), content_type=MERGE_PATCH
+        )
+        return node
+
     def _selector(self) -> tuple[str, str]:
         return ("fieldSelector", f"metadata.name={self.node_name}")
 
     def list_node(self) -> tuple[dict[str, Any] | None, str]:
         """The Node (None if it does not exist) and the list's resourceVersion to watch from."""
-        result = self._send("GET", "/api/v1/nodes", query=[self._selector()])
+        result = self._send("GET", _NODES, query=[self._selector()])
         items = result.get("items") or []
         rv = str((result.get("metadata") or {}).get("resourceVersion") or "")
         node = items[0] if items else None
@@ -138,7 +158,7 @@ class NodeApi:
         ]
         # Connect quickly; allow the read to wait as long as the server may keep the watch open.
         response = self._send(
-            "GET", "/api/v1/nodes", query, timeout=(self.request_timeout, timeout_seconds + 30.0), stream=True
+            "GET", _NODES, query, timeout=(self.request_timeout, timeout_seconds + 30.0), stream=True
         )
         self.current_watch = response
         try:

@@ -94,7 +94,7 @@ class NodeSync:
         if self.outage.take_long_one():
             self._policy_checked = False
         if self.settings.require_admission_policy and not self._policy_checked:
-            check_policy(self.api)  # before the first write, and again after a long outage
+            check_policy(self.api, self.settings.policy)  # before the first write, and after a long outage
             self._policy_checked = True
 
     def _newest_node(self) -> NodeState:

@@ -4,23 +4,28 @@ not flap labels; prune removes only what it owns; an expired watch (410) is re-e
 
 from __future__ import annotations
 
+import copy
+import json
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from nfd_lite.apierrors import Gone
 from nfd_lite.client import NodeApi
 from nfd_lite.kubeconfig import kubeconfig_configuration
 from nfd_lite.reconciler import OWNED_ANNOTATION
+from nfd_lite.selfcheck import OTHER_NODES, RESERVED_LABELS, TAINTS
 from nfd_lite.service import Service
 from nfd_lite.settings import WriterSettings
-from tests.kube.controlplane import OLDEST_BINARIES, ControlPlane
-from tests.kube.fixtures import apply_rbac
-from tests.kube.writer import PodWriter, eventually, in_pod
+from tests.kube.controlplane import OLDEST_BINARIES, ApiResponse, ControlPlane
+from tests.kube.fixtures import RBAC_DIR, apply_rbac
+from tests.kube.writer import WRITER_USER, PodWriter, eventually, in_pod
 
 THEIRS = {"team.example.com/owner": "ml", "nvidia.com/gpu.product": "set-by-admin"}
 
@@ -172,3 +177,172 @@ def test_the_writer_works_on_the_oldest_supported_kubernetes(tmp_path: Path) -> 
             assert writer.process.wait(60) == 0, writer.output()
         assert ours(kube, node) == {"nvidia.com/gpu.count": "2"}
         assert kube.get_node(node)["metadata"]["annotations"][OWNED_ANNOTATION] == "nvidia.com/gpu.count"
+
+
+# ---- the start-up self-check against policies that do not (or not all) fence the writer ----
+
+POLICY_NAME = "gpu-labeller-nfd-lite"
+OWN, OTHER = "gpu-checked", "gpu-bystander"
+POLICIES = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+BINDINGS = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
+# A policy of someone else's that, like ours, refuses annotations the writer does not own.
+UNRELATED = {
+    "apiVersion": "admissionregistration.k8s.io/v1",
+    "kind": "ValidatingAdmissionPolicy",
+    "metadata": {"name": "site-annotation-guard"},
+    "spec": {
+        "failurePolicy": "Fail",
+        "matchConstraints": {
+            "resourceRules": [
+                {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["nodes"]}
+            ]
+        },
+        "validations": [
+            {
+                "expression": "!object.metadata.?annotations.orValue({}).exists(k,"
+                " k.startsWith('gpu-labeller.io/') && k != 'gpu-labeller.io/owned-labels')",
+                "message": "only the site's tooling may set gpu-labeller.io annotations",
+                "reason": "Forbidden",
+            }
+        ],
+    },
+}
+UNRELATED_BINDING = {
+    "apiVersion": "admissionregistration.k8s.io/v1",
+    "kind": "ValidatingAdmissionPolicyBinding",
+    "metadata": {"name": "site-annotation-guard"},
+    "spec": {"policyName": "site-annotation-guard", "validationActions": ["Deny"]},
+}
+
+
+@pytest.fixture(scope="module")
+def replaceable(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """A control plane of this module's own, whose admission policies the tests below replace, with the
+    writer's Node and one other."""
+    with ControlPlane(tmp_path_factory.mktemp("replaceable")) as plane:
+        apply_rbac(plane)
+        plane.create_node(OWN)
+        plane.create_node(OTHER, {"team.example.com/owner": "ml"})
+        yield plane
+
+
+def _shipped_policy() -> dict[str, Any]:
+    documents = [d for d in yaml.safe_load_all((RBAC_DIR / "admission-policy.yaml").read_text()) if d]
+    policy: dict[str, Any] = next(d for d in documents if d["kind"] == "ValidatingAdmissionPolicy")
+    return policy
+
+
+def _without_node_rules(policy: dict[str, Any]) -> dict[str, Any]:
+    """The policy with every validation that ties the token to its Node (name or uid claim) deleted."""
+    changed = copy.deepcopy(policy)
+    validations = changed["spec"]["validations"]
+    changed["spec"]["validations"] = [v for v in validations if "variables.tokenNode" not in v["expression"]]
+    assert len(changed["spec"]["validations"]) < len(validations)
+    return changed
+
+
+def _apply(kube: ControlPlane, *documents: dict[str, Any]) -> None:
+    text = "\n---\n".join(json.dumps(d) for d in documents)
+    kube.kubectl(
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "--field-manager=gpu-labeller-tests",
+        "-f",
+        "-",
+        stdin=text,
+    )
+
+
+def _dry_run(kube: ControlPlane, node: str, patch: dict[str, Any], token: str) -> ApiResponse:
+    return kube.request(
+        "PATCH",
+        f"/api/v1/nodes/{node}?dryRun=All",
+        patch,
+        token=token,
+        content_type="application/merge-patch+json",
+    )
+
+
+def _until(check: Callable[[], bool], what: str) -> None:
+    """Wait for the server to load a changed policy (asynchronously, within seconds)."""
+    assert eventually(check, timeout=60, interval=0.25), f"the server did not come to {what} within 60 s"
+
+
+LABEL_ON_OTHER = {"metadata": {"labels": {"nvidia.com/gpu.count": "9"}}}
+OLD_PROBE = {"metadata": {"annotations": {"gpu-labeller.io/admission-probe": "must-be-refused"}}}
+
+
+def _versions(kube: ControlPlane) -> dict[str, str]:
+    nodes = kube.must("GET", "/api/v1/nodes")["items"]
+    return {n["metadata"]["name"]: n["metadata"]["resourceVersion"] for n in nodes}
+
+
+def _start(kube: ControlPlane, tmp_path: Path) -> tuple[int, str]:
+    """The writer's one-shot run with nothing to write: its exit status and output."""
+    writer = PodWriter(kube, tmp_path, OWN, "--oneshot")
+    with writer:
+        assert writer.process is not None
+        status = writer.process.wait(60)
+    return status, writer.output()
+
+
+def test_the_shipped_policy_passes_the_check_and_no_probe_writes(
+    replaceable: ControlPlane, tmp_path: Path
+) -> None:
+    kube = replaceable
+    apply_rbac(kube)
+    token = kube.pod_token(OWN)
+    _until(
+        lambda: _dry_run(kube, OTHER, LABEL_ON_OTHER, token).status == 403, "refuse a label on another Node"
+    )
+    before = _versions(kube)
+    status, output = _start(kube, tmp_path)
+    assert status == 0, output
+    assert _versions(kube) == before, "a probe was stored"
+    patches = [e for e in kube.requests(WRITER_USER) if e["verb"] == "patch"]
+    assert patches and all("dryRun=All" in e["requestURI"] for e in patches), patches
+
+
+def test_the_policy_without_its_node_rules_fails_the_check(replaceable: ControlPlane, tmp_path: Path) -> None:
+    kube = replaceable
+    apply_rbac(kube)
+    _apply(kube, _without_node_rules(_shipped_policy()))
+    token = kube.pod_token(OWN)
+    _until(
+        lambda: _dry_run(kube, OTHER, LABEL_ON_OTHER, token).status == 200, "admit a label on another Node"
+    )
+    before = _versions(kube)
+    status, output = _start(kube, tmp_path)
+    assert status == 2, output
+    assert f"{OTHER_NODES} are not refused: a label on Node {OTHER} was admitted" in output, output
+    for held in (RESERVED_LABELS, TAINTS):
+        assert f"{held} are not refused" not in output, "the rest of the policy still holds"
+    assert _versions(kube) == before, "a probe was stored"
+
+
+def test_an_unrelated_policy_refusing_the_probe_does_not_pass_the_check(
+    replaceable: ControlPlane, tmp_path: Path
+) -> None:
+    kube = replaceable
+    kube.request("DELETE", f"{BINDINGS}/{POLICY_NAME}")
+    kube.request("DELETE", f"{POLICIES}/{POLICY_NAME}")
+    _apply(kube, UNRELATED, UNRELATED_BINDING)
+    token = kube.pod_token(OWN)
+
+    def loaded() -> bool:
+        old = _dry_run(kube, OWN, OLD_PROBE, token)
+        refused_by_it = old.status == 403 and "'site-annotation-guard'" in old.message
+        return refused_by_it and _dry_run(kube, OTHER, LABEL_ON_OTHER, token).status == 200
+
+    _until(loaded, "enforce only the unrelated policy")
+    before = _versions(kube)
+    try:
+        status, output = _start(kube, tmp_path)
+    finally:
+        kube.request("DELETE", f"{BINDINGS}/site-annotation-guard")
+        kube.request("DELETE", f"{POLICIES}/site-annotation-guard")
+    assert status == 2, output
+    for prop in (OTHER_NODES, RESERVED_LABELS, TAINTS):
+        assert f"{prop} are not refused: " in output, output
+    assert _versions(kube) == before, "a probe was stored"

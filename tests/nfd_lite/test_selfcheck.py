@@ -1,35 +1,155 @@
-"""The start-up check that the admission policy is enforced: passed only when the policy itself refuses the
-dry-run probe, failed when the server accepts it, and never passed by an RBAC refusal."""
+"""The start-up check that the admission policy is enforced, against the fake server evaluating rbac/'s
+policy (or a changed copy): passed only when the policy of the expected name refuses each dry-run probe,
+failed naming each property admitted or refused by another policy, never passed by an RBAC refusal, and no
+probe ever stored. The same on the real kube-apiserver: tests/kube/test_nfd_lite.py."""
 
 from __future__ import annotations
 
+import logging
+import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from nfd_lite.apierrors import AdmissionRefused, Forbidden
-from nfd_lite.selfcheck import PROBE_ANNOTATION, PolicyNotEnforced, check_policy
-from tests.apiserver.server import FakeApiServer
-from tests.nfd_lite.harness import NODE, node_api
+from nfd_lite.policy import Policy
+from nfd_lite.selfcheck import (
+    OTHER_NODES,
+    POLICY_ENV,
+    RESERVED_LABELS,
+    TAINTS,
+    PolicyNotEnforced,
+    check_policy,
+)
+from tests.apiserver.server import REPO_RBAC, FakeApiServer
+from tests.nfd_lite.harness import NODE, OTHER_NODE, node_api
+
+PROPERTIES = (OTHER_NODES, RESERVED_LABELS, TAINTS)
 
 
-def test_the_policy_refusing_the_probe_passes_and_nothing_is_stored(tmp_path: Path) -> None:
-    with FakeApiServer() as server:  # enforces rbac/admission-policy.yaml
-        server.add_node(NODE)
+def versions(server: FakeApiServer) -> dict[str, str]:
+    return {n: server.get_node(n)["metadata"]["resourceVersion"] for n in (NODE, OTHER_NODE)}
+
+
+def changed_rbac(tmp_path: Path, change: Callable[[dict[str, Any]], None]) -> Path:
+    """A copy of rbac/ whose admission policy documents ``change`` edits in place."""
+    directory = tmp_path / "rbac"
+    shutil.copytree(REPO_RBAC, directory)
+    path = directory / "admission-policy.yaml"
+    documents = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    for document in documents:
+        change(document)
+    path.write_text(yaml.safe_dump_all(documents))
+    return directory
+
+
+def without_node_rules(document: dict[str, Any]) -> None:
+    if document["kind"] == "ValidatingAdmissionPolicy":
+        rules = document["spec"]["validations"]
+        document["spec"]["validations"] = [r for r in rules if "variables.tokenNode" not in r["expression"]]
+
+
+def binding_renamed(document: dict[str, Any]) -> None:
+    if document["kind"] == "ValidatingAdmissionPolicyBinding":
+        document["metadata"]["name"] = "site-binding"
+
+
+def two_nodes(server: FakeApiServer) -> FakeApiServer:
+    server.add_node(NODE)
+    server.add_node(OTHER_NODE, {"team.example.com/owner": "ml"})
+    return server
+
+
+def test_the_shipped_policy_passes_and_nothing_is_stored(tmp_path: Path) -> None:
+    with two_nodes(FakeApiServer()) as server:  # enforces rbac/admission-policy.yaml
+        before = versions(server)
         check_policy(node_api(server, tmp_path))
-        assert PROBE_ANNOTATION not in (server.get_node(NODE)["metadata"].get("annotations") or {})
+        assert versions(server) == before
+        patches = [r for r in server.requests if r.method == "PATCH"]
+        assert {r.path for r in patches} == {f"/api/v1/nodes/{NODE}", f"/api/v1/nodes/{OTHER_NODE}"}
+        assert all(r.query.get("dryRun") == "All" for r in patches), patches
 
 
-def test_a_server_without_the_policy_fails_the_check(apiserver: FakeApiServer, tmp_path: Path) -> None:
-    apiserver.add_node(NODE)
-    with pytest.raises(PolicyNotEnforced):
+def test_a_server_without_the_policy_fails_naming_every_property(
+    apiserver: FakeApiServer, tmp_path: Path
+) -> None:
+    before = versions(two_nodes(apiserver))
+    with pytest.raises(PolicyNotEnforced) as failed:
         check_policy(node_api(apiserver, tmp_path))
-    assert PROBE_ANNOTATION not in (apiserver.get_node(NODE)["metadata"].get("annotations") or {})
+    message = str(failed.value)
+    for prop in PROPERTIES:
+        assert f"{prop} are not refused: " in message
+    assert f"a label on Node {OTHER_NODE} was admitted" in message
+    assert "\n" not in message
+    assert versions(apiserver) == before
+
+
+def test_the_policy_without_its_node_rules_fails_naming_that_property(tmp_path: Path) -> None:
+    with two_nodes(FakeApiServer(changed_rbac(tmp_path, without_node_rules))) as server:
+        before = versions(server)
+        with pytest.raises(PolicyNotEnforced) as failed:
+            check_policy(node_api(server, tmp_path))
+        message = str(failed.value)
+        assert f"{OTHER_NODES} are not refused: a label on Node {OTHER_NODE} was admitted" in message
+        assert f"{RESERVED_LABELS} are not refused" not in message
+        assert f"{TAINTS} are not refused" not in message
+        assert versions(server) == before
+
+
+def test_a_refusal_by_a_policy_of_another_name_does_not_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(POLICY_ENV, "release-a-nfd-lite")  # as the chart sets it for its release
+    with two_nodes(FakeApiServer()) as server, pytest.raises(PolicyNotEnforced) as failed:
+        check_policy(node_api(server, tmp_path))
+    message = str(failed.value)
+    for prop in PROPERTIES:
+        assert f"{prop} are not refused by it: " in message
+    assert (
+        "was refused by ValidatingAdmissionPolicy 'gpu-labeller-nfd-lite' with binding "
+        "'gpu-labeller-nfd-lite', not by 'release-a-nfd-lite'" in message
+    )
+
+
+def test_the_expected_name_passes_when_the_policy_carries_it(tmp_path: Path) -> None:
+    with two_nodes(FakeApiServer()) as server:
+        check_policy(node_api(server, tmp_path), expected="gpu-labeller-nfd-lite")
+
+
+def test_our_policy_under_a_binding_of_another_name_does_not_pass(tmp_path: Path) -> None:
+    server = two_nodes(FakeApiServer(changed_rbac(tmp_path, binding_renamed)))
+    with server, pytest.raises(PolicyNotEnforced, match="with binding 'site-binding', not by"):
+        check_policy(node_api(server, tmp_path))
+
+
+def test_on_a_one_node_cluster_the_other_node_probe_is_skipped_and_said(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with FakeApiServer() as server:
+        server.add_node(NODE)
+        with caplog.at_level(logging.WARNING, logger="nfd_lite.selfcheck"):
+            check_policy(node_api(server, tmp_path))
+        assert [r for r in server.requests if r.method == "PATCH" and OTHER_NODE in r.path] == []
+    assert f"{OTHER_NODES} is not checked, as there is no other Node (a one-node cluster)" in caplog.text
+
+
+def test_a_one_node_cluster_without_the_policy_still_fails(apiserver: FakeApiServer, tmp_path: Path) -> None:
+    apiserver.add_node(NODE)
+    with pytest.raises(PolicyNotEnforced, match=f"{TAINTS} are not refused"):
+        check_policy(node_api(apiserver, tmp_path))
+
+
+def test_a_refused_label_the_writer_may_set_is_raised_as_for_any_write(tmp_path: Path) -> None:
+    """Prefixes the policy does not allow: every write would be refused, which is not 'not enforced'."""
+    with two_nodes(FakeApiServer()) as server, pytest.raises(AdmissionRefused):
+        check_policy(node_api(server, tmp_path), Policy.from_prefixes(["example.com/"]))
 
 
 def test_an_rbac_refusal_is_not_taken_for_the_policy(tmp_path: Path) -> None:
-    with FakeApiServer() as server:
-        server.add_node(NODE)
+    with two_nodes(FakeApiServer()) as server:
         stranger = node_api(server, tmp_path, token=server.token_for_user("someone"))
         with pytest.raises(Forbidden) as refused:
             check_policy(stranger)
