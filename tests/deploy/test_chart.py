@@ -237,6 +237,36 @@ def test_gpu_access_the_narrow_way(rendered: dict[tuple[str, str], str]) -> None
     assert env_of(by_name["nfd-lite"])["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
 
 
+@pytest.mark.parametrize("which", HELMS)
+@pytest.mark.parametrize("release", ["gpu-labeller", "gl"])
+def test_the_writer_is_told_its_admission_policys_name(
+    tools: Tools, tmp_path: Path, which: str, release: str
+) -> None:
+    """The start-up self-check recognises the policy and binding by this name, release-scoped."""
+    proc = run_helm(
+        tools,
+        which,
+        "template",
+        release,
+        str(CHART),
+        "--kube-version",
+        "1.30.0",
+        values=API_SERVER,
+        tmp=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    docs = documents(proc.stdout)
+    name = env_of(containers(docs)["nfd-lite"])["NFD_LITE_ADMISSION_POLICY"]
+    assert name == one(docs, "ValidatingAdmissionPolicy")["metadata"]["name"]
+    assert name == one(docs, "ValidatingAdmissionPolicyBinding")["metadata"]["name"]
+    assert name == ("gpu-labeller-nfd-lite" if release == "gpu-labeller" else "gl-gpu-labeller-nfd-lite")
+
+
+def test_without_the_policy_the_writer_is_told_no_name(rendered: dict[tuple[str, str], str]) -> None:
+    docs = documents(rendered["helm4", "no-admission-policy"])
+    assert "NFD_LITE_ADMISSION_POLICY" not in env_of(containers(docs)["nfd-lite"])
+
+
 def test_both_containers_share_the_feature_dir(rendered: dict[tuple[str, str], str]) -> None:
     docs = documents(rendered["helm3", "defaults"])
     by_name = containers(docs)
