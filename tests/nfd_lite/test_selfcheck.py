@@ -34,11 +34,13 @@ def versions(server: FakeApiServer) -> dict[str, str]:
     return {n: server.get_node(n)["metadata"]["resourceVersion"] for n in (NODE, OTHER_NODE)}
 
 
-def changed_rbac(tmp_path: Path, change: Callable[[dict[str, Any]], None]) -> Path:
-    """A copy of rbac/ whose admission policy documents ``change`` edits in place."""
+def changed_rbac(
+    tmp_path: Path, change: Callable[[dict[str, Any]], None], file: str = "admission-policy.yaml"
+) -> Path:
+    """A copy of rbac/ whose documents in ``file`` ``change`` edits in place."""
     directory = tmp_path / "rbac"
     shutil.copytree(REPO_RBAC, directory)
-    path = directory / "admission-policy.yaml"
+    path = directory / file
     documents = [d for d in yaml.safe_load_all(path.read_text()) if d]
     for document in documents:
         change(document)
@@ -134,6 +136,23 @@ def test_on_a_one_node_cluster_the_other_node_probe_is_skipped_and_said(
             check_policy(node_api(server, tmp_path))
         assert [r for r in server.requests if r.method == "PATCH" and OTHER_NODE in r.path] == []
     assert f"{OTHER_NODES} is not checked, as there is no other Node (a one-node cluster)" in caplog.text
+
+
+def list_only_own_node(document: dict[str, Any]) -> None:
+    """The ClusterRole's list/watch narrowed to the writer's Node (what its own-node watch needs)."""
+    for rule in document["rules"]:
+        if "list" in rule["verbs"]:
+            rule["resourceNames"] = [NODE]
+
+
+def test_a_token_that_may_not_list_other_nodes_skips_that_probe_and_says_why(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with two_nodes(FakeApiServer(changed_rbac(tmp_path, list_only_own_node, "clusterrole.yaml"))) as server:
+        with caplog.at_level(logging.WARNING, logger="nfd_lite.selfcheck"):
+            check_policy(node_api(server, tmp_path))
+        assert [r for r in server.requests if r.method == "PATCH" and OTHER_NODE in r.path] == []
+    assert f"{OTHER_NODES} is not checked, as this token may not list Nodes" in caplog.text
 
 
 def test_a_one_node_cluster_without_the_policy_still_fails(apiserver: FakeApiServer, tmp_path: Path) -> None:
