@@ -46,8 +46,8 @@ def test_prune_reports_a_refusal_at_once(labelled: FakeApiServer, tmp_path: Path
 
 
 def _probes(server: FakeApiServer) -> int:
-    """The writer's admission-policy self-checks: dry-run patches of its node."""
-    return sum(1 for r in server.requests if r.method == "PATCH" and r.query.get("dryRun") == "All")
+    """The writer's admission-policy self-checks: each begins its probe of other Nodes by listing one."""
+    return sum(1 for r in server.requests if r.method == "GET" and "!=" in r.query.get("fieldSelector", ""))
 
 
 @pytest.mark.parametrize(("recheck_after", "probes"), [(0.3, 2), (300.0, 1)])
