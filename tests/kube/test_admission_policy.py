@@ -464,3 +464,47 @@ def test_owned_nfd_labels_may_be_removed_after_their_prefix_is_no_longer_allowed
         )
         assert narrowed.status == 200, narrowed.message
     assert key not in kube.labels(node) and kube.labels(node)["nvidia.com/gpu.count"] == "2"
+
+
+# ---- size: the writer's cap is reachable, and nothing grows past it ----
+
+
+def _many(count: int, value: str) -> dict[str, str]:
+    return {f"nvidia.com/gpu.test-{i:04d}": value for i in range(count)}
+
+
+def test_the_writers_label_cap_is_reachable_and_a_bulk_change_of_all_of_it_is_admitted(
+    kube: ControlPlane, own: tuple[str, str]
+) -> None:
+    """nfd-lite's default --max-labels is 1,000: every owned label changing at once (a driver update renames
+    them all) must stay within CEL's cost limits, or the Node stays stale."""
+    node, token = own
+    many = _many(1000, "a")
+    owned = ",".join(sorted(many))
+    first = kube.patch_node(node, labels(many, owned), token=token)
+    assert first.status == 200, first.message
+    bulk = kube.patch_node(node, labels(_many(1000, "b")), token=token)
+    assert bulk.status == 200, bulk.message
+    emptied = kube.patch_node(node, labels(dict.fromkeys(many), None), token=token)
+    assert emptied.status == 200, emptied.message  # prune: all of them removed with the record
+    assert not any(key in kube.labels(node) for key in many)
+
+
+def test_labels_the_writer_creates_must_be_recorded_as_owned(
+    kube: ControlPlane, own: tuple[str, str]
+) -> None:
+    """An unrecorded label would be one the writer can never remove again, and one no cap counts."""
+    node, token = own
+    answer = kube.patch_node(node, labels({"nvidia.com/gpu.unrecorded": "1"}), token=token)
+    assert refused(answer, "must record"), answer.message
+    assert "nvidia.com/gpu.unrecorded" not in kube.labels(node)
+
+
+def test_the_node_cannot_be_grown_past_the_writers_cap_and_headroom(
+    kube: ControlPlane, own: tuple[str, str]
+) -> None:
+    node, token = own
+    many = _many(1300, "a")
+    answer = kube.patch_node(node, labels(many, ",".join(sorted(many))), token=token)
+    assert refused(answer, "labels at most"), answer.message
+    assert len(kube.labels(node)) < 10
