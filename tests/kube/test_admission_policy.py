@@ -508,3 +508,17 @@ def test_the_node_cannot_be_grown_past_the_writers_cap_and_headroom(
     answer = kube.patch_node(node, labels(many, ",".join(sorted(many))), token=token)
     assert refused(answer, "labels at most"), answer.message
     assert len(kube.labels(node)) < 10
+
+
+def test_a_record_an_administrator_wrote_out_of_order_still_counts(
+    kube: ControlPlane, own: tuple[str, str]
+) -> None:
+    """Keys are looked up by bucket only where the record is in order; an edited one is searched whole."""
+    node, token = own
+    many = _many(200, "a")
+    kube.patch_node(node, labels(many, ",".join(sorted(many, reverse=True))))
+    answer = kube.patch_node(node, labels(_many(200, "b")), token=token)
+    assert answer.status == 200, answer.message
+    kube.patch_node(node, labels({"nvidia.com/gpu.product": "admin-set"}))
+    foreign = kube.patch_node(node, labels({"nvidia.com/gpu.product": "x"}), token=token)
+    assert refused(foreign, "does not own"), foreign.message
