@@ -6,6 +6,7 @@ here fails if the policy stops being what refuses the request.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -14,7 +15,7 @@ import pytest
 
 from nfd_lite.reconciler import OWNED_ANNOTATION
 from tests.kube.controlplane import OLDEST_BINARIES, ApiResponse, ControlPlane
-from tests.kube.fixtures import apply_rbac
+from tests.kube.fixtures import RBAC_DIR, apply_rbac
 from tests.kube.helm import type_check_warnings
 
 POLICY = "ValidatingAdmissionPolicy 'gpu-labeller-nfd-lite'"
@@ -154,7 +155,8 @@ def test_status_subresource_is_not_in_rbac(kube: ControlPlane, own: tuple[str, s
     assert answer.status == 403 and 'cannot patch resource "nodes/status"' in answer.message
 
 
-def test_server_side_apply_of_own_labels_is_admitted(kube: ControlPlane, own: tuple[str, str]) -> None:
+def test_server_side_apply_even_of_own_labels_is_refused(kube: ControlPlane, own: tuple[str, str]) -> None:
+    """The writer sends merge patches; an apply entry would be field ownership a later apply acts on."""
     node, token = own
     body = {
         "apiVersion": "v1",
@@ -172,8 +174,8 @@ def test_server_side_apply_of_own_labels_is_admitted(kube: ControlPlane, own: tu
         token=token,
         content_type="application/apply-patch+yaml",
     )
-    assert answer.status == 200, answer.message
-    assert kube.labels(node)["nvidia.com/gpu.count"] == "8"
+    assert refused(answer, "its own entry may only be an Update"), answer.message
+    assert "nvidia.com/gpu.count" not in kube.labels(node)
 
 
 def test_other_identities_are_not_held_to_the_writers_policy(
@@ -320,3 +322,203 @@ def test_owned_labels_under_a_prefix_no_longer_allowed_may_be_removed(
     removal = kube.patch_node(node, labels({"example.com/gpu": None}, "node.kubernetes.io/x"), token=token)
     assert removal.status == 200, removal.message
     assert "example.com/gpu" not in kube.labels(node)
+
+
+# ---- managedFields: field ownership decides what a server-side apply later removes ----
+
+CORDON_TAINT = {"key": "maintenance", "value": "disk", "effect": "NoExecute"}
+
+
+def _apply(
+    kube: ControlPlane, node: str, manager: str, body: dict[str, Any], token: str | None = None
+) -> Any:
+    doc = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, **body.get("metadata", {})}}
+    if "spec" in body:
+        doc["spec"] = body["spec"]
+    return kube.request(
+        "PATCH",
+        f"/api/v1/nodes/{node}?fieldManager={manager}&force=true",
+        doc,
+        token=token,
+        content_type="application/apply-patch+yaml",
+    )
+
+
+@pytest.fixture
+def cordoned(kube: ControlPlane, own: tuple[str, str]) -> tuple[str, str]:
+    """``own``, plus a server-side-apply manager (a GitOps tool) holding one label, and an administrator's
+    cordon and NoExecute taint."""
+    node, token = own
+    applied = _apply(kube, node, "gitops", {"metadata": {"labels": {"team.example.com/pool": "a"}}})
+    assert applied.status == 200, applied.message
+    taints = [*kube.get_node(node)["spec"]["taints"], CORDON_TAINT]
+    kube.patch_node(node, {"spec": {"unschedulable": True, "taints": taints}})
+    return node, token
+
+
+def _held_by_admin(kube: ControlPlane, node: str) -> bool:
+    spec = kube.get_node(node)["spec"]
+    return spec.get("unschedulable") is True and CORDON_TAINT in spec.get("taints", [])
+
+
+def test_another_managers_fields_cannot_be_moved_into_an_apply_managers_entry(
+    kube: ControlPlane, cordoned: tuple[str, str]
+) -> None:
+    """Moving the cordon and taint into the apply manager's fieldsV1 (times and headers kept) would make its
+    next unchanged apply uncordon and un-taint the Node."""
+    node, token = cordoned
+    entries = kube.get_node(node)["metadata"]["managedFields"]
+    admin = next(e for e in entries if e["manager"] == "gpu-labeller-tests" and "f:spec" in e["fieldsV1"])
+    gitops = next(e for e in entries if e["manager"] == "gitops")
+    gitops["fieldsV1"]["f:spec"] = admin["fieldsV1"].pop("f:spec")
+    answer = kube.patch_node(node, {"metadata": {"managedFields": entries}}, token=token)
+    assert refused(answer, "managedFields"), answer.message
+    again = _apply(kube, node, "gitops", {"metadata": {"labels": {"team.example.com/pool": "a"}}})
+    assert again.status == 200, again.message
+    assert _held_by_admin(kube, node)
+
+
+def test_the_writer_cannot_take_another_managers_fields_with_a_forced_apply(
+    kube: ControlPlane, cordoned: tuple[str, str]
+) -> None:
+    """An apply as nfd-lite re-stating the taints leaves the spec unchanged but takes the taints' ownership
+    from the administrator; the writer's own entry may only be an Update of its labels and annotation."""
+    node, token = cordoned
+    spec = kube.get_node(node)["spec"]
+    body = {
+        "metadata": {
+            "labels": {"nvidia.com/gpu.count": "1"},
+            "annotations": {OWNED_ANNOTATION: "nvidia.com/gpu.count"},
+        },
+        "spec": {"unschedulable": True, "taints": spec["taints"]},
+    }
+    answer = _apply(kube, node, "nfd-lite", body, token=token)
+    assert refused(answer, "managedFields"), answer.message
+    entries = kube.get_node(node)["metadata"]["managedFields"]
+    assert [e["operation"] for e in entries if e["manager"] == "nfd-lite"] in ([], ["Update"])
+
+
+def test_the_writer_cannot_give_itself_fields_it_did_not_change(
+    kube: ControlPlane, own: tuple[str, str]
+) -> None:
+    node, token = own
+    first = kube.patch_node(node, labels({"nvidia.com/gpu.count": "1"}, "nvidia.com/gpu.count"), token=token)
+    assert first.status == 200, first.message
+    entries = kube.get_node(node)["metadata"]["managedFields"]
+    mine = next(e for e in entries if e["manager"] == "nfd-lite")
+    mine["fieldsV1"]["f:spec"] = {"f:taints": {}}
+    answer = kube.patch_node(node, {"metadata": {"managedFields": entries}}, token=token)
+    assert refused(answer, "managedFields"), answer.message
+
+
+@contextlib.contextmanager
+def prefixes_narrowed(kube: ControlPlane, node: str, token: str) -> Iterator[None]:
+    """The shipped policy with its allowed prefixes narrowed to nvidia.com/ (as an operator does with the
+    chart's nfdLite.allowPrefixes), enforced for the duration; the shipped one again afterwards."""
+    text = (RBAC_DIR / "admission-policy.yaml").read_text()
+    shipped = "\"['nvidia.com/', 'feature.node.kubernetes.io/']\""
+    assert shipped in text
+    probe = labels({"feature.node.kubernetes.io/probe": "x"}, "feature.node.kubernetes.io/probe")
+
+    def enforce(manifest: str, admitted: bool) -> None:
+        kube.kubectl(
+            "apply", "--server-side", "--field-manager=gpu-labeller-tests", "-f", "-", stdin=manifest
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            answer = kube.request(
+                "PATCH",
+                f"/api/v1/nodes/{node}?dryRun=All",
+                probe,
+                token=token,
+                content_type="application/merge-patch+json",
+            )
+            if (answer.status == 200) == admitted:
+                return
+            time.sleep(0.25)
+        raise AssertionError("the changed admission policy was not enforced within 60 s")
+
+    enforce(text.replace(shipped, "\"['nvidia.com/']\""), admitted=False)
+    try:
+        yield
+    finally:
+        enforce(text, admitted=True)
+
+
+def test_owned_nfd_labels_may_be_removed_after_their_prefix_is_no_longer_allowed(
+    kube: ControlPlane, own: tuple[str, str]
+) -> None:
+    """feature.node.kubernetes.io/ is NFD's namespace, not one reserved for Kubernetes: with the prefixes
+    narrowed to nvidia.com/, the writer must still be able to drop what it owns there, in the same patch
+    as its other changes, or no label of the Node is ever updated again."""
+    node, token = own
+    key = "feature.node.kubernetes.io/pci-10de.present"
+    owned = f"{key},nvidia.com/gpu.count"
+    first = kube.patch_node(node, labels({key: "true", "nvidia.com/gpu.count": "1"}, owned), token=token)
+    assert first.status == 200, first.message
+    with prefixes_narrowed(kube, node, token):
+        again = kube.patch_node(node, labels({key: "false"}), token=token)
+        assert refused(again, "may only change labels under"), again.message
+        narrowed = kube.patch_node(
+            node, labels({key: None, "nvidia.com/gpu.count": "2"}, "nvidia.com/gpu.count"), token=token
+        )
+        assert narrowed.status == 200, narrowed.message
+    assert key not in kube.labels(node) and kube.labels(node)["nvidia.com/gpu.count"] == "2"
+
+
+# ---- size: the writer's cap is reachable, and nothing grows past it ----
+
+
+def _many(count: int, value: str) -> dict[str, str]:
+    return {f"nvidia.com/gpu.test-{i:04d}": value for i in range(count)}
+
+
+def test_the_writers_label_cap_is_reachable_and_a_bulk_change_of_all_of_it_is_admitted(
+    kube: ControlPlane, own: tuple[str, str]
+) -> None:
+    """nfd-lite's default --max-labels is 1,000: every owned label changing at once (a driver update renames
+    them all) must stay within CEL's cost limits, or the Node stays stale."""
+    node, token = own
+    many = _many(1000, "a")
+    owned = ",".join(sorted(many))
+    first = kube.patch_node(node, labels(many, owned), token=token)
+    assert first.status == 200, first.message
+    bulk = kube.patch_node(node, labels(_many(1000, "b")), token=token)
+    assert bulk.status == 200, bulk.message
+    emptied = kube.patch_node(node, labels(dict.fromkeys(many), None), token=token)
+    assert emptied.status == 200, emptied.message  # prune: all of them removed with the record
+    assert not any(key in kube.labels(node) for key in many)
+
+
+def test_labels_the_writer_creates_must_be_recorded_as_owned(
+    kube: ControlPlane, own: tuple[str, str]
+) -> None:
+    """An unrecorded label would be one the writer can never remove again, and one no cap counts."""
+    node, token = own
+    answer = kube.patch_node(node, labels({"nvidia.com/gpu.unrecorded": "1"}), token=token)
+    assert refused(answer, "must record"), answer.message
+    assert "nvidia.com/gpu.unrecorded" not in kube.labels(node)
+
+
+def test_the_node_cannot_be_grown_past_the_writers_cap_and_headroom(
+    kube: ControlPlane, own: tuple[str, str]
+) -> None:
+    node, token = own
+    many = _many(1300, "a")
+    answer = kube.patch_node(node, labels(many, ",".join(sorted(many))), token=token)
+    assert refused(answer, "labels at most"), answer.message
+    assert len(kube.labels(node)) < 10
+
+
+def test_a_record_an_administrator_wrote_out_of_order_still_counts(
+    kube: ControlPlane, own: tuple[str, str]
+) -> None:
+    """Keys are looked up by bucket only where the record is in order; an edited one is searched whole."""
+    node, token = own
+    many = _many(200, "a")
+    kube.patch_node(node, labels(many, ",".join(sorted(many, reverse=True))))
+    answer = kube.patch_node(node, labels(_many(200, "b")), token=token)
+    assert answer.status == 200, answer.message
+    kube.patch_node(node, labels({"nvidia.com/gpu.product": "admin-set"}))
+    foreign = kube.patch_node(node, labels({"nvidia.com/gpu.product": "x"}), token=token)
+    assert refused(foreign, "does not own"), foreign.message

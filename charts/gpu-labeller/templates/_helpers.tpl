@@ -101,3 +101,12 @@ app.kubernetes.io/component: test
 {{- define "gpu-labeller.namespace" -}}
 {{- default .Release.Namespace .Values.namespaceOverride }}
 {{- end }}
+
+{{/*
+A CEL string literal holding the given string: single-quoted, with backslashes, quotes and line breaks
+escaped, so no value (even one past the schema, --skip-schema-validation) can end the literal and be
+read as an expression. Put the expression into YAML with toJson, which quotes it once more.
+*/}}
+{{- define "gpu-labeller.celString" -}}
+'{{ . | replace "\\" "\\\\" | replace "'" "\\'" | replace "\n" "\\n" | replace "\r" "\\r" }}'
+{{- end }}
