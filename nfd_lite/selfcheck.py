@@ -25,6 +25,7 @@ from typing import Any
 from nfd_lite.apierrors import ApiError, Forbidden, policy_denial
 from nfd_lite.client import NodeApi
 from nfd_lite.policy import Policy
+from nfd_lite.reconciler import OWNED_ANNOTATION
 
 log = logging.getLogger(__name__)
 
@@ -63,19 +64,19 @@ def check_policy(api: NodeApi, policy: Policy | None = None, expected: str | Non
     own = api.get_node()
     own_labels = _labels(own)
     allowed = _absent(prefix + PROBE_NAME, own_labels)
-    api.patch_node({"metadata": {"labels": {allowed: PROBE_VALUE}}}, dry_run=True)
+    api.patch_node(_label_patch(own, allowed), dry_run=True)
 
     findings: list[str] = []
     other = _other_node(api)
     if other is not None:
         other_name = str(other["metadata"]["name"])
         key = _absent(allowed, own_labels, _labels(other))
-        body = {"metadata": {"labels": {key: PROBE_VALUE}}}
+        body = _label_patch(other, key)
         findings += _unless_refused(
             name, OTHER_NODES, f"a label on Node {other_name}", lambda: api.probe_other_node(other_name, body)
         )
     reserved = _absent(RESERVED_PROBE, own_labels)
-    reserved_body = {"metadata": {"labels": {reserved: PROBE_VALUE}}}
+    reserved_body = _label_patch(own, reserved)
     findings += _unless_refused(
         name,
         RESERVED_LABELS,
@@ -137,6 +138,19 @@ def _other_node(api: NodeApi) -> dict[str, Any] | None:
 
 def _labels(node: Mapping[str, Any]) -> dict[str, str]:
     return dict((node.get("metadata") or {}).get("labels") or {})
+
+
+def _label_patch(node: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """A new label as a real write sends it: recorded in the ownership annotation (the policy refuses a
+    created label it does not list), so that only the rule a probe is about can refuse it."""
+    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    owned = {part.strip() for part in str(annotations.get(OWNED_ANNOTATION, "")).split(",") if part.strip()}
+    return {
+        "metadata": {
+            "labels": {key: PROBE_VALUE},
+            "annotations": {OWNED_ANNOTATION: ",".join(sorted(owned | {key}))},
+        }
+    }
 
 
 def _absent(key: str, *labels: Mapping[str, str]) -> str:

@@ -269,7 +269,13 @@ def _until(check: Callable[[], bool], what: str) -> None:
     assert eventually(check, timeout=60, interval=0.25), f"the server did not come to {what} within 60 s"
 
 
-LABEL_ON_OTHER = {"metadata": {"labels": {"nvidia.com/gpu.count": "9"}}}
+# A label as the writer creates it: recorded in its ownership annotation, so only the node rules decide.
+LABEL_ON_OTHER = {
+    "metadata": {
+        "labels": {"nvidia.com/gpu.count": "9"},
+        "annotations": {"gpu-labeller.io/owned-labels": "nvidia.com/gpu.count"},
+    }
+}
 OLD_PROBE = {"metadata": {"annotations": {"gpu-labeller.io/admission-probe": "must-be-refused"}}}
 
 
