@@ -37,8 +37,8 @@ api.patch_node(sys.argv[2], {"metadata": {"labels": {"nvidia.com/rss": "corev1"}
     "raw call_api, plain import": """
 import kubernetes, sys
 from nfd_lite.client import NodeApi
-from nfd_lite.kubeconfig import kubeconfig_configuration
-api = NodeApi(kubeconfig_configuration(sys.argv[1]), sys.argv[2])
+from nfd_lite.kubeconfig import kubeconfig_connection
+api = NodeApi(kubeconfig_connection(sys.argv[1]), sys.argv[2])
 node = api.get_node()
 api.patch_node({"metadata": {"resourceVersion": node["metadata"]["resourceVersion"],
                              "labels": {"nvidia.com/rss": "raw"}}})
@@ -48,8 +48,8 @@ import sys
 from nfd_lite.cli import _light_kubernetes_import
 _light_kubernetes_import()
 from nfd_lite.client import NodeApi
-from nfd_lite.kubeconfig import kubeconfig_configuration
-api = NodeApi(kubeconfig_configuration(sys.argv[1]), sys.argv[2])
+from nfd_lite.kubeconfig import kubeconfig_connection
+api = NodeApi(kubeconfig_connection(sys.argv[1]), sys.argv[2])
 node = api.get_node()
 api.patch_node({"metadata": {"resourceVersion": node["metadata"]["resourceVersion"],
                              "labels": {"nvidia.com/rss": "light"}}})
