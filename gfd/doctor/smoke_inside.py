@@ -58,7 +58,18 @@ def _status(pod: Json | None, name: str) -> Json:
 def nvml(run: PodRun, options: SmokeOptions, handler: str | None) -> list[Finding]:
     probe = run.probe
     if probe is None:
-        ended = (_status(run.pod, PROBE_CONTAINER).get("state") or {}).get("terminated") or {}
+        state = _status(run.pod, PROBE_CONTAINER).get("state") or {}
+        if "running" in state:
+            return [
+                Finding(
+                    "FAIL",
+                    f"the probe did not finish within {options.timeout_s:g} s; its log: "
+                    + tail(run.probe_log),
+                    "NVML hangs in the pod: run `nvidia-smi` and `gfd doctor` on the node; a GPU in a bad "
+                    "state shows in `dmesg` (Xid)",
+                )
+            ]
+        ended = state.get("terminated") or {}
         return [
             Finding(
                 "FAIL",

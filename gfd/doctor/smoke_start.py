@@ -148,7 +148,22 @@ def start(run: PodRun, options: SmokeOptions, handler: str | None) -> list[Findi
     failed = _start_failure(run.pod)
     if failed is not None:
         return [_container(*failed, options)]
-    phase = ((run.pod or {}).get("status") or {}).get("phase")
+    status = (run.pod or {}).get("status") or {}
+    phase = status.get("phase")
+    ran_any = any({"running", "terminated"} & set(c.get("state") or {}) for c in containers(run.pod))
+    if phase == "Failed" and not ran_any:
+        # The kubelet refused the pod before any container: its admission (devices, resources) or eviction.
+        said = one_line(f"{status.get('reason', '')}: {status.get('message', '')}".strip(": "))
+        return [
+            Finding(
+                "FAIL",
+                f"the kubelet on {options.node} rejected the pod: {said or 'no reason given'}",
+                "a GPU the scheduler counted could not be allocated: check the device plugin's log on the "
+                "node (it may have just lost a GPU)"
+                if GPU_RESOURCE in said or "UnexpectedAdmissionError" in said
+                else "the kubelet's log on the node says more (`journalctl -u kubelet`)",
+            )
+        ]
     if phase == "Pending":
         waiting = [
             f"{c.get('name')}: {(c.get('state') or {}).get('waiting', {}).get('reason', 'waiting')}"

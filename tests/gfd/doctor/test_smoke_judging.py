@@ -302,3 +302,26 @@ def test_layers_above_the_first_failure_are_skipped():
     assert checks[-1].evidence == "fix layer 5 first"
     skipped = bottom_up([(layer, lambda: failing) for layer in LAYERS[4:]], failed_below=3)
     assert {c.evidence for c in skipped} == {"fix layer 3 first"}
+
+
+def test_a_pod_the_kubelet_rejects_before_any_container_fails_at_start():
+    rejected = pod("Failed")
+    message = (
+        "Allocate failed due to no healthy devices present; cannot allocate unhealthy devices nvidia.com/gpu"
+    )
+    rejected["status"] |= {"reason": "UnexpectedAdmissionError", "message": message}
+    run = PodRun(pod=rejected)
+    assert smoke_start.settled(run.pod, run.events)
+    f = one(smoke_start.start(run, OPTIONS, "nvidia"))
+    assert f.status == "FAIL"
+    assert f.evidence.startswith(
+        f"the kubelet on {NODE} rejected the pod: UnexpectedAdmissionError: Allocate"
+    )
+    assert "device plugin's log" in (f.fix or "")
+
+
+def test_a_probe_still_running_at_the_timeout_is_named():
+    running = pod("Running", statuses=[container("probe", running={})])
+    hung = PodRun(pod=running, probe_error="no probe result", timed_out=True)
+    f = one(smoke_inside.nvml(hung, OPTIONS, "nvidia"))
+    assert f.status == "FAIL" and f.evidence == "the probe did not finish within 180 s; its log: (no output)"
