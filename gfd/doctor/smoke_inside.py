@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gfd.backends.nvml_errors import LIB_RM_VERSION_MISMATCH, LIBRARY_NOT_FOUND
+from gfd.backends.nvml_errors import LIB_RM_VERSION_MISMATCH, LIBRARY_NOT_FOUND, nvml_code_name
 from gfd.doctor import cuda as cuda_layer
 from gfd.doctor.devices import CONTROL_NODES
 from gfd.doctor.kubernetes import GPU
@@ -109,32 +109,35 @@ def _nvml_failed(probe: ProbeResult, options: SmokeOptions, handler: str | None)
     said = probe.nvml.advice or "no reason given"
     visible = probe.visible_devices
     if probe.nvml.code == LIBRARY_NOT_FOUND:
+        # The probe's own advice says to use the NVIDIA runtime; the pod asked for it, so it is left out.
+        reason = nvml_code_name(LIBRARY_NOT_FOUND)
         if not visible:
             return Finding(
                 "FAIL",
-                f"NVML is not in the pod ({said}) and NVIDIA_VISIBLE_DEVICES is unset: the runtime was told "
-                "of no GPU to inject",
+                f"libnvidia-ml.so.1 is not in the pod ({reason}) and NVIDIA_VISIBLE_DEVICES is unset: the "
+                "runtime was told of no GPU to inject",
                 "the device plugin sets NVIDIA_VISIBLE_DEVICES for the GPU it allocates; check its "
                 "deviceListStrategy (the runtime reads envvar) and its log",
             )
         if options.runtime_class is None:
+            runtime = "the default runtime"
             fix = (
                 "with --runtime-class none, the NVIDIA runtime must be containerd's default (`sudo "
-                "nvidia-ctk runtime configure --runtime=containerd --set-as-default`), or use its "
-                "RuntimeClass"
+                "nvidia-ctk runtime configure --runtime=containerd --set-as-default`, then restart "
+                "containerd), or pass the NVIDIA runtime's RuntimeClass"
             )
         else:
+            runtime = f"handler {handler!r}"
             fix = (
-                f"RuntimeClass {options.runtime_class}'s handler {handler!r} must run the NVIDIA container "
-                f"runtime: in containerd's config, runtimes.{handler}.options.BinaryName = "
-                "nvidia-container-runtime (`sudo nvidia-ctk runtime configure --runtime=containerd`), then "
-                "restart containerd"
+                f"point RuntimeClass {options.runtime_class} at the NVIDIA runtime's handler (`nvidia` once "
+                "`sudo nvidia-ctk runtime configure --runtime=containerd` has added it and containerd "
+                f"restarted); if {handler!r} is meant to be it, its BinaryName in containerd's config must "
+                "be nvidia-container-runtime"
             )
-        runtime = f"handler {handler!r}" if options.runtime_class else "the default runtime"
         return Finding(
             "FAIL",
-            f"libnvidia-ml.so.1 is not in the pod although it was given GPU {visible}: the runtime "
-            f"({runtime}) did not inject the driver's libraries ({said})",
+            f"libnvidia-ml.so.1 is not in the pod ({reason}) although it was given GPU {visible}: the "
+            f"runtime ({runtime}) did not inject the driver's libraries",
             fix,
         )
     if probe.nvml.code == LIB_RM_VERSION_MISMATCH:

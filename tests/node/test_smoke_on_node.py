@@ -217,8 +217,10 @@ def test_a_runtime_handler_that_injects_nothing_fails_at_nvml(node: NodeCluster)
         delete(node, "", "nvidia-runc", kind="runtimeclass")
     failed = first_failure(report)
     assert code == 1 and failed["name"] == "NVML in the pod"
-    assert failed["evidence"].startswith("libnvidia-ml.so.1 is not in the pod although it was given GPU GPU-")
-    assert "the runtime (handler 'runc') did not inject the driver's libraries" in failed["evidence"]
+    assert failed["evidence"].startswith(
+        "libnvidia-ml.so.1 is not in the pod (NVML: Library Not Found) although it"
+    )
+    assert failed["evidence"].endswith("the runtime (handler 'runc') did not inject the driver's libraries")
 
 
 def test_a_handler_containerd_does_not_know_fails_at_container_start(node: NodeCluster) -> None:
@@ -254,7 +256,10 @@ def test_a_taint_the_pod_does_not_tolerate_fails_at_scheduling(node: NodeCluster
     assert failed["evidence"].startswith(
         f"{node.node} has taint smoke-test=blocked:NoSchedule, which the pod"
     )
-    assert "untolerated taint {smoke-test: blocked}" in failed["evidence"]
+    assert (
+        "the scheduler said: 0/1 nodes are available: 1 node(s) had untolerated taint(s)"
+        in failed["evidence"]
+    )
     assert tolerated == 0
 
 

@@ -96,7 +96,10 @@ def test_an_untolerated_taint_is_named_and_the_gpu_taint_is_tolerated():
         {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
         {"key": "dedicated", "value": "training", "effect": "NoSchedule"},
     ]
-    message = "0/1 nodes are available: 1 node(s) had untolerated taint {dedicated: training}."
+    message = (
+        "0/1 nodes are available: 1 node(s) had untolerated taint(s). preemption: 0/1 nodes are available: 1 "
+        "Preemption is not helpful for scheduling."
+    )
     run = PodRun(pod=pod("Pending", scheduled=unschedulable(message)))
     f = one(smoke_start.scheduling(run, OPTIONS, node(taints=taints)))
     assert f.status == "FAIL"
@@ -200,9 +203,11 @@ def test_a_runtime_that_injected_no_library_is_blamed_with_its_handler():
     missing = probe(ok=False, code=LIBRARY_NOT_FOUND, advice="libnvidia-ml.so.1 is not in this container")
     f = one(smoke_inside.nvml(ran(missing), OPTIONS, "runc"))
     assert f.status == "FAIL"
-    assert f.evidence.startswith(f"libnvidia-ml.so.1 is not in the pod although it was given GPU {UUID}: the "
-                                 "runtime (handler 'runc') did not inject")  # fmt: skip
-    assert "runtimes.runc.options.BinaryName = nvidia-container-runtime" in (f.fix or "")
+    assert f.evidence == (
+        f"libnvidia-ml.so.1 is not in the pod (NVML: Library Not Found) although it was given GPU {UUID}: "
+        "the runtime (handler 'runc') did not inject the driver's libraries"
+    )
+    assert (f.fix or "").startswith("point RuntimeClass nvidia at the NVIDIA runtime's handler")
     unset = one(smoke_inside.nvml(ran(replace(missing, visible_devices=None)), OPTIONS, "nvidia"))
     assert "NVIDIA_VISIBLE_DEVICES is unset" in unset.evidence and "deviceListStrategy" in (unset.fix or "")
     default = one(smoke_inside.nvml(ran(missing), replace(OPTIONS, runtime_class=None), None))
