@@ -107,10 +107,10 @@ def device_plugin(found: Json) -> list[Finding]:
         return [
             Finding(
                 "FAIL",
-                f"{GPU_RESOURCE} capacity {capacity} but none allocatable: the device plugin reports every "
-                "GPU unhealthy",
-                "read the device plugin's log on this node (an Xid error names the GPU); reset the GPU or "
-                "reboot the node",
+                f"{GPU_RESOURCE} capacity {capacity} but none allocatable: the device plugin has gone (the "
+                "kubelet keeps the capacity for some minutes after) or reports every GPU unhealthy",
+                "check that the NVIDIA device plugin pod runs on this node (`kubectl -n kube-system get pods "
+                "-o wide | grep nvidia`); in its log an Xid error names an unhealthy GPU",
             )
         ]
     return [

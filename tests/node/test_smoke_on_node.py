@@ -303,7 +303,8 @@ def test_no_device_plugin_fails_at_the_device_plugin(node: NodeCluster) -> None:
     code, report = smoke(node)
     failed = first_failure(report)
     assert code == 1 and failed["name"] == "device plugin" and report["pod"] is None
-    assert (
-        failed["evidence"]
-        == "the node offers no nvidia.com/gpu (allocatable 0): the device plugin has not registered"
+    # The kubelet keeps a gone plugin's capacity for a while; allocatable drops at once.
+    assert failed["evidence"] == (
+        f"nvidia.com/gpu capacity {GPUS} but none allocatable: the device plugin has gone (the kubelet keeps "
+        "the capacity for some minutes after) or reports every GPU unhealthy"
     )
