@@ -107,6 +107,7 @@ def test_a_node_labelled_in_the_dra_set_is_compared_with_the_dra_set(host, nvml,
     apiserver.add_node(NODE, labels=labels)
     code, report = doctor(host("healthy-pci"), "--kubeconfig", str(cluster), "--node", NODE)
     got = layer7(report)
+    assert code == 1  # the allocatable GPUs below
     assert got["Kubernetes: labels"]["status"] == "PASS", report
     assert got["Kubernetes: labels"]["evidence"] == f"node {NODE}: 23 labels agree with what gfd sees now"
     # This API server has no ResourceSlices: not a DRA node, so the allocatable GPUs are missing.
