@@ -1,4 +1,6 @@
-"""Full-GPU labels: ``nvidia.com/gpu.{product,count,replicas,sharing-strategy,memory,family,compute.*,mode}``.
+"""Full-GPU labels: ``nvidia.com/gpu.{product,count,memory,family,compute.*,mode}`` (hardware facts) and
+``nvidia.com/gpu.{replicas,sharing-strategy}`` with the ``-SHARED`` product (what the device plugin hands
+out, a family of its own so that the DRA label set can leave it out).
 
 A node whose GPUs are all one model gets exactly NVIDIA's labels. On a node
 with several models NVIDIA writes each model's labels over the others in
@@ -13,7 +15,7 @@ from collections.abc import Sequence
 
 from gfd.backends.decoding import PCI_3D_CONTROLLER, PCI_VGA_CONTROLLER
 from gfd.inventory import Device, Inventory
-from gfd.labels import resource
+from gfd.labels import resource, sanitize
 from gfd.labels.common import LabelOptions, Labels, mig_on
 from gfd.sharing_config import FULL_GPU_RESOURCE
 
@@ -47,17 +49,23 @@ def primary_model(devices: Sequence[Device]) -> str:
     return min(groups, key=lambda name: (-len(groups[name]), name))
 
 
-def gpu_labels(inv: Inventory, opts: LabelOptions) -> Labels:
+def _primary_group(devices: Sequence[Device]) -> tuple[str, list[Device], list[Device]]:
+    """The primary model, its GPUs, and those of them that run whole (MIG off)."""
+    model = primary_model(devices)
+    group = by_model(devices)[model]
+    return model, group, [d for d in group if not mig_on(d)]
+
+
+def gpu_labels(inv: Inventory, _opts: LabelOptions) -> Labels:
+    """The primary model's product, count, memory and architecture: facts of the hardware alone."""
     if not inv.devices:
         return {}
-    model = primary_model(inv.devices)
-    group = by_model(inv.devices)[model]
-    full = [d for d in group if not mig_on(d)]
-    # NVIDIA: a model's GPUs with MIG on are labelled without sharing (replicas 0)
-    # unless at least one GPU of that model runs whole, which then speaks for all.
+    model, group, full = _primary_group(inv.devices)
+    # NVIDIA: a model's GPUs with MIG on are labelled by the first of them unless at least one GPU of
+    # that model runs whole, which then speaks for all.
     representative = full[0] if full else group[0]
-    sharing = opts.sharing_or_default if full else None
-    labels = resource.base(FULL_GPU_RESOURCE, len(group), model, None, sharing)
+    key = resource.keys(FULL_GPU_RESOURCE)
+    labels = {key.product: sanitize.product(model), key.count: str(len(group))}
     if representative.memory_mib:
         labels[f"{FULL_GPU_RESOURCE}.memory"] = str(representative.memory_mib)
     cc = representative.compute_capability
@@ -66,6 +74,18 @@ def gpu_labels(inv: Inventory, opts: LabelOptions) -> Labels:
         labels[f"{FULL_GPU_RESOURCE}.compute.major"] = str(cc[0])
         labels[f"{FULL_GPU_RESOURCE}.compute.minor"] = str(cc[1])
     return labels
+
+
+def sharing_labels(inv: Inventory, opts: LabelOptions) -> Labels:
+    """How NVIDIA's device plugin shares the full GPUs: replicas, strategy, and ``-SHARED`` on the product.
+
+    NVIDIA: a model whose GPUs all have MIG on is labelled without sharing (replicas 0).
+    """
+    if not inv.devices:
+        return {}
+    model, group, full = _primary_group(inv.devices)
+    sharing = opts.sharing_or_default if full else None
+    return resource.base(FULL_GPU_RESOURCE, len(group), model, None, sharing)
 
 
 def _mode(pci_class: int | None) -> str:

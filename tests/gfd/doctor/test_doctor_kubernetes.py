@@ -100,6 +100,21 @@ def test_the_machine_type_is_compared_as_the_daemon_writes_it(host, nvml, doctor
     assert code == 0
 
 
+def test_a_node_labelled_in_the_dra_set_is_compared_with_the_dra_set(host, nvml, doctor, apiserver, cluster):
+    nvml("healthy-pci")
+    allocation = {"nvidia.com/gpu.replicas", "nvidia.com/gpu.sharing-strategy", "nvidia.com/mps.capable"}
+    labels = {k: v for k, v in HEALTHY_PCI_LABELS.items() if k not in allocation}
+    apiserver.add_node(NODE, labels=labels)
+    code, report = doctor(host("healthy-pci"), "--kubeconfig", str(cluster), "--node", NODE)
+    got = layer7(report)
+    assert code == 1  # the allocatable GPUs below
+    assert got["Kubernetes: labels"]["status"] == "PASS", report
+    assert got["Kubernetes: labels"]["evidence"] == f"node {NODE}: 23 labels agree with what gfd sees now"
+    # This API server has no ResourceSlices: not a DRA node, so the allocatable GPUs are missing.
+    assert got["Kubernetes: dra"]["status"] == "SKIP"
+    assert got["Kubernetes: allocatable"]["status"] == "FAIL"
+
+
 def test_kubeconfig_from_the_environment_turns_layer_7_on(
     host, nvml, doctor, apiserver, cluster, monkeypatch
 ):
