@@ -12,7 +12,19 @@ label Kubernetes would refuse. Warnings are returned with the labels
 from __future__ import annotations
 
 from gfd.inventory import Inventory
-from gfd.labels import clique, device, extras, jetson, machine, mig, sharing, timestamp, versions, vgpu
+from gfd.labels import (
+    clique,
+    device,
+    extras,
+    health,
+    jetson,
+    machine,
+    mig,
+    sharing,
+    timestamp,
+    versions,
+    vgpu,
+)
 from gfd.labels.common import Labeler, LabelOptions, Labels, LabelSet
 from k8slabels import key_problem, value_problem
 
@@ -32,6 +44,7 @@ LABELERS: tuple[Labeler, ...] = (
     extras.simulated_labels,
     extras.per_model_labels,
     extras.cuda_code_labels,
+    health.health_labels,
     jetson.jetson_labels,
     timestamp.timestamp_labels,
 )
