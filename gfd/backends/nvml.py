@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -33,7 +34,7 @@ from gfd.backends.nvml_errors import (
     nvml_symbol,
     probe_error,
 )
-from gfd.inventory import Device, GpuFailure, Inventory, MigDevice
+from gfd.inventory import Device, GpuFailure, Health, Inventory, MigDevice
 
 if TYPE_CHECKING:
     from gfd.backends.nvml_events import XidWatch
@@ -158,8 +159,9 @@ class _Probe:
         for i in range(count):
             read = self._gpu(i)
             (failures if isinstance(read, GpuFailure) else devices).append(read)  # type: ignore[arg-type]
-        devices, failures = self._judge(devices, failures)
+        devices, failures = self._unfabricated(devices, failures)
         health = reconcile([self._bus_ids.get(d.index) for d in devices], failures, self._bus())
+        devices, health = self._xid_marked(devices, health)
         self.warnings.extend(failure_line(f) for f in health.failures)
         return Inventory(
             backend="nvml",
@@ -186,21 +188,25 @@ class _Probe:
             waited = f"no answer within {self.backend.reads.timeout:g} s"
             return GpuFailure(self._bus_ids.get(i), i, nvml_symbol(TIMEOUT), "hardware", None, waited)
 
-    def _judge(
+    def _unfabricated(
         self, devices: list[Device], failures: list[GpuFailure]
     ) -> tuple[list[Device], list[GpuFailure]]:
-        """Move the GPUs that answered but cannot run work (a fabric that failed them, a fatal Xid since
-        their last reset) from ``devices`` to ``failures``."""
-        answering = [(d.index, self._bus_ids[d.index]) for d in devices if d.index in self._bus_ids]
-        failing = [f.pci_bus_id for f in failures if f.pci_bus_id]
-        unusable = {f.index: f for f in self.backend.xid_marks.settle(answering, failing)}
+        """Move the GPUs whose fabric registration failed (no CUDA work runs on them) to the failures."""
         for i, status in self._fabric_failed.items():
             what = f"fabric registration {nvml_symbol(status)}"
-            unusable.setdefault(
-                i, GpuFailure(self._bus_ids.get(i), i, what, "fabric", None, nvml_reason(status))
-            )
-        kept = [d for d in devices if d.index not in unusable]
-        return kept, sorted([*failures, *unusable.values()], key=lambda f: f.index or 0)
+            failures.append(GpuFailure(self._bus_ids.get(i), i, what, "fabric", None, nvml_reason(status)))
+        return [d for d in devices if d.index not in self._fabric_failed], failures
+
+    def _xid_marked(self, devices: list[Device], health: Health) -> tuple[list[Device], Health]:
+        """Move the answering GPUs a fatal Xid marked since their last reset to the failures; tell the marks
+        which GPUs answer and which do not (a reset shows as both, one pass after the other)."""
+        answering = [(d.index, self._bus_ids[d.index]) for d in devices if d.index in self._bus_ids]
+        failing = [f.pci_bus_id for f in health.failures if f.pci_bus_id]
+        marked = {f.index: f for f in self.backend.xid_marks.settle(answering, failing)}
+        if not marked:
+            return devices, health
+        found = sorted([*health.failures, *marked.values()], key=lambda f: (f.index is None, f.index or 0))
+        return [d for d in devices if d.index not in marked], replace(health, failures=tuple(found))
 
     def _bus(self) -> list[PciGpu] | None:
         """The NVIDIA GPUs on the PCI bus below the host root; None where sysfs is not there to read."""
