@@ -64,6 +64,7 @@ class NvmlBackend:
         self.library = library  # a path to libnvidia-ml.so.1 (below the driver root); None: the loader's
         self.reads = BoundedReads(gpu_timeout)
         self.xid_marks = XidMarks()  # kept across passes: a fatal Xid marks its GPU until it was reset
+        self.bus_ids: dict[int, str] = {}  # each GPU's sysfs bus id as earlier passes read it
         self._watch: XidWatch | None = None
 
     def probe(self) -> Inventory:
@@ -160,6 +161,7 @@ class _Probe:
             read = self._gpu(i)
             (failures if isinstance(read, GpuFailure) else devices).append(read)  # type: ignore[arg-type]
         devices, failures = self._unfabricated(devices, failures)
+        self.backend.bus_ids.update(self._bus_ids)
         health = reconcile([self._bus_ids.get(d.index) for d in devices], failures, self._bus())
         devices, health = self._xid_marked(devices, health)
         self.warnings.extend(failure_line(f) for f in health.failures)
@@ -181,12 +183,16 @@ class _Probe:
                 raise
             layer = gpu_failure_layer(err.code)
             return GpuFailure(
-                self._bus_ids.get(i), i, nvml_symbol(err.code), layer, err.what, nvml_reason(err.code)
+                self._address(i), i, nvml_symbol(err.code), layer, err.what, nvml_reason(err.code)
             )
         except TimedOut:
             # The same words every pass while it lasts, so that it is said once.
             waited = f"no answer within {self.backend.reads.timeout:g} s"
-            return GpuFailure(self._bus_ids.get(i), i, nvml_symbol(TIMEOUT), "hardware", None, waited)
+            return GpuFailure(self._address(i), i, nvml_symbol(TIMEOUT), "hardware", None, waited)
+
+    def _address(self, i: int) -> str | None:
+        """GPU ``i``'s bus id: read now, else as an earlier pass read it (a lost GPU no longer says)."""
+        return self._bus_ids.get(i) or self.backend.bus_ids.get(i)
 
     def _unfabricated(
         self, devices: list[Device], failures: list[GpuFailure]

@@ -224,6 +224,16 @@ def test_a_stack_wide_error_on_one_gpu_still_fails_the_pass(monkeypatch: MP, tmp
         backend.probe()
 
 
+def test_a_gpu_lost_where_the_bus_cannot_be_read_keeps_the_address_an_earlier_pass_read(
+    monkeypatch: MP, tmp_path: Path
+) -> None:
+    fake = install_fake_nvml(monkeypatch, dgx())  # no host tree: the bus cannot name it
+    backend = NvmlBackend(host_root=tmp_path, gpu_timeout=TIMEOUT)
+    backend.probe()
+    fake.break_gpu(3, LOST)
+    assert failures(backend.probe()) == [(3, GPU3, "NVML_ERROR_GPU_IS_LOST", "hardware")]
+
+
 # ---- fatal Xid events ---------------------------------------------------------------------------
 
 
@@ -252,6 +262,25 @@ def test_a_fatal_xid_marks_its_gpu_until_it_was_reset(monkeypatch: MP, tmp_path:
     finally:
         backend.close()
     assert fake.init_count == 0
+
+
+def test_a_reset_clears_the_mark_where_the_bus_cannot_be_read(monkeypatch: MP, tmp_path: Path) -> None:
+    fake = install_fake_nvml(monkeypatch, dgx())  # a container whose /sys shows no GPU
+    backend = NvmlBackend(host_root=tmp_path, gpu_timeout=TIMEOUT)
+    woken = threading.Event()
+    backend.watch(woken.set)
+    try:
+        assert backend._watch is not None and backend._watch.listening.wait(5)
+        backend.probe()
+        fake.xid(3, 79)
+        assert woken.wait(5)
+        assert failures(backend.probe()) == [(3, GPU3, "Xid 79", "hardware")]
+        fake.break_gpu(3, LOST)
+        backend.probe()
+        fake.heal(3)
+        assert failures(backend.probe()) == []
+    finally:
+        backend.close()
 
 
 @pytest.mark.parametrize("xid", sorted(APPLICATION_XIDS))
