@@ -159,7 +159,10 @@ class _Probe:
         failures: list[GpuFailure] = []
         for i in range(count):
             read = self._gpu(i)
-            (failures if isinstance(read, GpuFailure) else devices).append(read)  # type: ignore[arg-type]
+            if isinstance(read, GpuFailure):
+                failures.append(read)
+            else:
+                devices.append(read)
         devices, failures = self._unfabricated(devices, failures)
         self.backend.bus_ids.update(self._bus_ids)
         health = reconcile([self._bus_ids.get(d.index) for d in devices], failures, self._bus())
@@ -200,7 +203,7 @@ class _Probe:
         """Move the GPUs whose fabric registration failed (no CUDA work runs on them) to the failures."""
         for i, status in self._fabric_failed.items():
             what = f"fabric registration {nvml_symbol(status)}"
-            failures.append(GpuFailure(self._bus_ids.get(i), i, what, "fabric", None, nvml_reason(status)))
+            failures.append(GpuFailure(self._address(i), i, what, "fabric", None, nvml_reason(status)))
         return [d for d in devices if d.index not in self._fabric_failed], failures
 
     def _xid_marked(self, devices: list[Device], health: Health) -> tuple[list[Device], Health]:
