@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from tests.fakes.nvml_wire import ERROR_GPU_IS_LOST, ERROR_RESET_REQUIRED, ERROR_UNKNOWN, SUCCESS
 
 HANG_BOUND_S = 120.0  # a blocked call returns by itself after this, so a broken test cannot hang for ever
+# The deadline the tests give a GPU's reads (NvmlBackend's gpu_timeout): ample for a healthy GPU of the fake
+# on a loaded machine, and what a hang costs a test, once (later passes see the read still running).
+READ_DEADLINE_S = 3.0
 
 
 @dataclass(frozen=True)

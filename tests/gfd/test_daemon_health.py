@@ -18,7 +18,7 @@ from gfd.machine_profile import load_machine_profile
 from gfd.metrics import PrometheusMetrics
 from gfd.writer import read_feature_file
 from tests.fakes.fake_nvml import FakeNvml, install_fake_nvml
-from tests.fakes.nvml_faults import HANG, LOST
+from tests.fakes.nvml_faults import HANG, LOST, READ_DEADLINE_S
 from tests.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +32,7 @@ def daemon_over(
     root = fake.write_host_root(tmp_path / "host")
     out = tmp_path / "features" / "gfd"
     argv = ["--backend", "nvml", "--host-root", str(root), "--output-file", str(out), *flags]
-    backend = NvmlBackend(host_root=root, gpu_timeout=0.5)
+    backend = NvmlBackend(host_root=root, gpu_timeout=READ_DEADLINE_S)
     daemon = Daemon(load_settings(argv, {}), metrics=metrics, detect_fn=lambda *a, **k: (backend, None))
     return fake, daemon, out
 

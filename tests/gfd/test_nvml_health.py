@@ -18,12 +18,11 @@ from gfd.inventory import GpuFailure, Health, Inventory
 from gfd.labels import LabelOptions, build_labels, health
 from gfd.machine_profile import MachineProfile, load_machine_profile
 from tests.fakes.fake_nvml import FakeNvml, install_fake_nvml
-from tests.fakes.nvml_faults import HANG, LOST, UNKNOWN, GpuFault, failing
+from tests.fakes.nvml_faults import HANG, LOST, READ_DEADLINE_S, UNKNOWN, GpuFault, failing
 from tests.fakes.nvml_wire import ERROR_GPU_IS_LOST, ERROR_UNKNOWN
 
 ROOT = Path(__file__).resolve().parents[2]
 MP = pytest.MonkeyPatch
-TIMEOUT = 0.5  # a GPU's reads in one pass; short, so that a hang costs the test half a second
 GPU3 = "0000:37:00.0"  # where profiles/dgx-a100-mig.yaml puts GPU 3
 
 
@@ -36,7 +35,7 @@ def machine(
 ) -> tuple[FakeNvml, NvmlBackend]:
     fake = install_fake_nvml(monkeypatch, profile or dgx())
     fake.write_host_root(tmp_path)
-    return fake, NvmlBackend(host_root=tmp_path, gpu_timeout=TIMEOUT)
+    return fake, NvmlBackend(host_root=tmp_path, gpu_timeout=READ_DEADLINE_S)
 
 
 def failures(inv: Inventory) -> list[tuple[int | None, str | None, str, str]]:
@@ -165,7 +164,7 @@ def test_a_gpu_that_is_not_nvmls_to_report_is_not_missing(
 
 def test_without_a_readable_pci_bus_the_node_is_judged_by_nvml_alone(monkeypatch: MP, tmp_path: Path) -> None:
     install_fake_nvml(monkeypatch, dgx())  # no host tree: nothing under sys/bus/pci
-    inv = NvmlBackend(host_root=tmp_path, gpu_timeout=TIMEOUT).probe()
+    inv = NvmlBackend(host_root=tmp_path, gpu_timeout=READ_DEADLINE_S).probe()
     assert inv.health == Health((), None)
     labels = build_labels(inv, LabelOptions()).labels
     assert labels[health.HEALTH] == "ok" and health.ON_BUS not in labels
@@ -228,7 +227,7 @@ def test_a_gpu_lost_where_the_bus_cannot_be_read_keeps_the_address_an_earlier_pa
     monkeypatch: MP, tmp_path: Path
 ) -> None:
     fake = install_fake_nvml(monkeypatch, dgx())  # no host tree: the bus cannot name it
-    backend = NvmlBackend(host_root=tmp_path, gpu_timeout=TIMEOUT)
+    backend = NvmlBackend(host_root=tmp_path, gpu_timeout=READ_DEADLINE_S)
     backend.probe()
     fake.break_gpu(3, LOST)
     assert failures(backend.probe()) == [(3, GPU3, "NVML_ERROR_GPU_IS_LOST", "hardware")]
@@ -266,7 +265,7 @@ def test_a_fatal_xid_marks_its_gpu_until_it_was_reset(monkeypatch: MP, tmp_path:
 
 def test_a_reset_clears_the_mark_where_the_bus_cannot_be_read(monkeypatch: MP, tmp_path: Path) -> None:
     fake = install_fake_nvml(monkeypatch, dgx())  # a container whose /sys shows no GPU
-    backend = NvmlBackend(host_root=tmp_path, gpu_timeout=TIMEOUT)
+    backend = NvmlBackend(host_root=tmp_path, gpu_timeout=READ_DEADLINE_S)
     woken = threading.Event()
     backend.watch(woken.set)
     try:
@@ -309,7 +308,7 @@ def test_an_xid_names_its_layer(monkeypatch: MP, tmp_path: Path, xid: int, layer
 def test_without_event_sets_the_passes_alone_decide(monkeypatch: MP, tmp_path: Path) -> None:
     fake = install_fake_nvml(monkeypatch, dgx(), fail={"nvmlEventSetCreate": pynvml.NVML_ERROR_NOT_SUPPORTED})
     fake.write_host_root(tmp_path)
-    backend = NvmlBackend(host_root=tmp_path, gpu_timeout=TIMEOUT)
+    backend = NvmlBackend(host_root=tmp_path, gpu_timeout=READ_DEADLINE_S)
     backend.watch(lambda: None)
     try:
         fake.break_gpu(1, GpuFault(ERROR_GPU_IS_LOST))

@@ -19,7 +19,7 @@ from gfd.daemon import Daemon
 from gfd.machine_profile import DeviceSpec, MachineProfile, MigSpec
 from gfd.writer import read_feature_file
 from tests.fakes.fake_nvml import FakeNvml, install_fake_nvml
-from tests.fakes.nvml_faults import HANG, LOST, UNKNOWN, GpuFault, failing
+from tests.fakes.nvml_faults import HANG, LOST, READ_DEADLINE_S, UNKNOWN, GpuFault, failing
 from tests.parity import peers
 from tests.parity.test_gfd_labels import EXTRA_KEYS, EXTRA_PREFIXES, HEALTH_KEYS, MACHINE_TYPE
 
@@ -73,7 +73,7 @@ def _ours(fake: FakeNvml, strategy: str, tmp: Path) -> tuple[Daemon, Path]:
     out = tmp / "ours.labels"
     argv = ["--backend", "nvml", "--host-root", str(root), "--output-file", str(out)]
     argv += [f"--mig-strategy={strategy}", f"--machine-type-file={tmp / 'product_name'}", "--expiry=24h"]
-    backend = NvmlBackend(host_root=root, gpu_timeout=0.5)
+    backend = NvmlBackend(host_root=root, gpu_timeout=READ_DEADLINE_S)
     return Daemon(load_settings(argv, {}), detect_fn=lambda *a, **k: (backend, None)), out
 
 
