@@ -18,14 +18,16 @@ from gfd.config import Settings
 from gfd.doctor import dra
 from gfd.doctor.model import Context, Finding, Status
 from gfd.inventory import Inventory
-from gfd.labels import LabelOptions, build_labels, extras, mig, resource, timestamp
+from gfd.labels import LabelOptions, build_labels, extras, health, mig, resource, timestamp
 from gfd.sharing_config import FULL_GPU_RESOURCE
 
 IN_CLUSTER_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 GPU = resource.keys(FULL_GPU_RESOURCE)
 KEY_LABELS = (extras.PRESENT, GPU.count, GPU.product)
-# Set by the daemon's settings (sharing config, --with-timestamp), which the doctor does not know.
-IGNORED = (timestamp.TIMESTAMP, GPU.replicas, GPU.sharing_strategy)
+# Set by the daemon's settings (sharing config, --with-timestamp), which the doctor does not know; and the
+# PCI bus as the daemon's container sees it, which the doctor reads below --host-root instead (a GPU that
+# NVML does not report is the doctor's own layer-3 finding).
+IGNORED = (timestamp.TIMESTAMP, GPU.replicas, GPU.sharing_strategy, health.ON_BUS)
 TIMEOUT_S = 10
 
 

@@ -16,7 +16,19 @@ from __future__ import annotations
 
 from gfd.choices import LabelSetName
 from gfd.inventory import Inventory
-from gfd.labels import clique, device, extras, jetson, machine, mig, sharing, timestamp, versions, vgpu
+from gfd.labels import (
+    clique,
+    device,
+    extras,
+    health,
+    jetson,
+    machine,
+    mig,
+    sharing,
+    timestamp,
+    versions,
+    vgpu,
+)
 from gfd.labels.common import Labeler, LabelOptions, Labels, LabelSet
 from k8slabels import key_problem, value_problem
 
@@ -50,6 +62,7 @@ LABELERS: tuple[Labeler, ...] = (  # the device-plugin set: NVIDIA GFD's familie
     extras.simulated_labels,
     extras.per_model_labels,
     extras.cuda_code_labels,
+    health.health_labels,
     jetson.jetson_labels,
     timestamp.timestamp_labels,
 )

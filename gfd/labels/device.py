@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gfd.backends.decoding import PCI_3D_CONTROLLER, PCI_VGA_CONTROLLER
+from gfd.backends.decoding import PCI_CLASS_3D_CONTROLLER, PCI_CLASS_VGA_CONTROLLER
 from gfd.inventory import Device, Inventory
 from gfd.labels import resource, sanitize
 from gfd.labels.common import LabelOptions, Labels, mig_on
@@ -21,7 +21,7 @@ from gfd.sharing_config import FULL_GPU_RESOURCE
 
 
 def family(major: int, minor: int) -> str:
-    """Architecture family from the compute capability, as NVIDIA names it (plus 11.x and 13.x)."""
+    """Architecture family from the compute capability, as NVIDIA names it (plus 11.x)."""
     if major == 7:
         return "volta" if minor < 5 else "turing"
     if major == 8:
@@ -29,8 +29,8 @@ def family(major: int, minor: int) -> str:
     names = {1: "tesla", 2: "fermi", 3: "kepler", 5: "maxwell", 6: "pascal", 9: "hopper", 13: "rubin"}
     if major in names:
         return names[major]
-    # NVIDIA's table (v0.19.3) has 10 and 12; 11.0 is Thor's number from CUDA 13 on, also Blackwell.
-    # 13 (Rubin) it does not have yet: "undefined" would hide the newest GPUs from selectors.
+    # NVIDIA's table (v0.20.0) has 10, 12 (Blackwell) and 13 (Rubin); 11.0 is Thor's number from CUDA 13
+    # on, also Blackwell, where NVIDIA says "undefined", which would hide Thor from selectors.
     if major in (10, 11, 12):
         return "blackwell"
     return "undefined"
@@ -89,16 +89,16 @@ def sharing_labels(inv: Inventory, opts: LabelOptions) -> Labels:
 
 
 def _mode(pci_class: int | None) -> str:
-    if pci_class is None:
-        return "unknown"
-    # Compare base class and subclass; the programming-interface byte does not matter.
-    return {PCI_VGA_CONTROLLER: "graphics", PCI_3D_CONTROLLER: "compute"}.get(pci_class >> 8, "unknown")
+    # The whole 24-bit class, programming interface included, as NVIDIA's getModeForClasses compares it:
+    # a VGA controller with a non-zero interface byte is "unknown" there, and so here.
+    modes = {PCI_CLASS_VGA_CONTROLLER: "graphics", PCI_CLASS_3D_CONTROLLER: "compute"}
+    return modes.get(pci_class, "unknown") if pci_class is not None else "unknown"
 
 
 def mode_labels(inv: Inventory, _opts: LabelOptions) -> Labels:
-    """``nvidia.com/gpu.mode``: compute (3D controller), graphics (VGA), or unknown.
+    """``nvidia.com/gpu.mode``: compute (class 0x030200), graphics (0x030000), or unknown.
 
-    GPUs in different modes give ``unknown``; NVIDIA reports the first GPU's mode.
+    GPUs of different classes give ``unknown``, as from NVIDIA's GFD.
     """
     if not inv.devices:
         return {}

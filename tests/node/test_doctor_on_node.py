@@ -35,6 +35,12 @@ def host(gpu_node: NodeCluster, tmp_path_factory: pytest.TempPathFactory) -> Ite
     cluster = gpu_node
     root = tmp_path_factory.mktemp("doctor") / "host"
     shutil.copytree(HOST, root, symlinks=True)
+    # The two GPUs where the mock's NVML says they sit, and as the pod's gfd sees them there: this machine's
+    # sysfs has no class file for the mock's bus ids, so both say gpu.mode=unknown.
+    devices = root / "sys" / "bus" / "pci" / "devices"
+    for tree, mock in (("0000:07:00.0", "0000:10:00.0"), ("0000:0f:00.0", "0000:11:00.0")):
+        (devices / tree).rename(devices / mock)
+        (devices / mock / "class").unlink()
     shutil.copy(cluster.workdir / "containerd.toml", root / "etc" / "containerd" / "config.toml")
     standin = root / str(TOOLKIT_STANDIN).lstrip("/")  # the runtime binary that config names
     standin.parent.mkdir(parents=True, exist_ok=True)

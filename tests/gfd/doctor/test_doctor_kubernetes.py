@@ -16,6 +16,10 @@ def layer7(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
 # What gfd writes on the healthy-pci host (two A100-SXM4-40GB, driver 550.54.15, CUDA 12.4, no config
 # file), as `kubectl get node --show-labels` shows them.
 HEALTHY_PCI_LABELS = {
+    "nvidia.com/gpu.health": "ok",
+    "nvidia.com/gpu.health.answering": "2",
+    "nvidia.com/gpu.health.failing": "0",
+    "nvidia.com/gpu.health.on-bus": "2",
     "nvidia.com/cuda.driver-version.full": "550.54.15",
     "nvidia.com/cuda.driver-version.major": "550",
     "nvidia.com/cuda.driver-version.minor": "54",
@@ -68,7 +72,7 @@ def test_healthy_node_in_cluster(host, nvml, doctor, apiserver, cluster):
         "name": "Kubernetes: labels",
         "purpose": "can pods be scheduled onto the GPU?",
         "status": "PASS",
-        "evidence": f"node {NODE}: 26 labels agree with what gfd sees now",
+        "evidence": f"node {NODE}: 30 labels agree with what gfd sees now",
         "fix": None,
     }
     assert k["Kubernetes: allocatable"]["evidence"] == f"node {NODE} allocatable: nvidia.com/gpu=2"
