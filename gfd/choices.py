@@ -14,3 +14,6 @@ BackendName = Literal["nvml", "tegra", "mock"]  # where an inventory came from
 BackendChoice = Literal["auto", BackendName]  # --backend: auto picks one of the names
 # NVIDIA's --device-discovery-strategy / flags.deviceDiscoveryStrategy; vfio has no backend here.
 DiscoveryStrategy = Literal["auto", "nvml", "tegra", "vfio"]
+# --label-set: which label families are written. device-plugin: NVIDIA GFD's, for nodes where NVIDIA's
+# device plugin hands out GPUs; dra: hardware facts only, for nodes where a DRA driver allocates them.
+LabelSetName = Literal["device-plugin", "dra"]

@@ -112,11 +112,12 @@ def _main(args: list[str]) -> int:
         print(f"gfd: error: --metrics-address: cannot listen on {host}:{port}: {reason}", file=sys.stderr)
         return 2
     log.info(
-        "starting: backend %s, output %s, sleep interval %s, expiry %s, MIG strategy %s",
+        "starting: backend %s, output %s, sleep interval %s, expiry %s, label set %s, MIG strategy %s",
         settings.backend,
         settings.output_file or "stdout",
         format_go_duration(interval) if interval is not None else "infinite",
         format_go_duration(expiry) if expiry is not None else "none",
+        settings.label_set,
         settings.mig_strategy,
     )
     daemon = Daemon(settings, metrics=metrics, reload_fn=lambda: load_settings(args, os.environ))

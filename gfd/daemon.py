@@ -5,7 +5,10 @@
 - A backend that failed (or was never found) is detected again on the next
   pass, so a driver installed after start-up is picked up without a restart.
 - A failed pass writes nothing: the last good labels stay until they expire,
-  never replaced by wrong ones.
+  never replaced by wrong ones. One GPU that fails is no failed pass: the
+  labels come from the GPUs that answer and say the node is degraded, and
+  the metrics count the GPU; NVML's fatal Xid events wake the loop between
+  passes (``Watching`` backends).
 - A node that stays broken does not fill the log: each warning (the
   backend's and the labelers') and each failure is said once while it
   repeats, again after it went away and came back, and the recovery once.
@@ -21,12 +24,12 @@ import logging
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from gfd.backends import Backend, detect, probe
+from gfd.backends import Backend, Watching, detect, probe
 from gfd.backends.errors import BackendError
 from gfd.backends.host import with_machine_type
 from gfd.config import Settings
 from gfd.expiry import ExpiryPolicy
-from gfd.inventory import Inventory
+from gfd.inventory import GpuFailure, Inventory
 from gfd.labels import LabelOptions, build_labels
 from gfd.loopcontrol import LoopControl
 from gfd.metrics import Metrics
@@ -87,6 +90,7 @@ class Daemon:
         self.control = LoopControl()
         self.warnings: SaidOnce[str] = SaidOnce()  # the backend's and the labelers', pass after pass
         self.failures: SaidOnce[str] = SaidOnce()  # the failed pass's one line; none while passes succeed
+        self.gpu_failures: SaidOnce[GpuFailure] = SaidOnce()  # counted in the metrics once each
         # Starts from what the file holds, so a restarted daemon does not rewrite an up-to-date file.
         self.output = FeatureFile(settings.output_file)
 
@@ -104,11 +108,13 @@ class Daemon:
                 with_vgpu=s.with_vgpu,
                 driver_root=s.driver_root,
             )
+            if isinstance(backend, Watching) and not s.oneshot:
+                backend.watch(self.wake)
         try:
             if inv is None:
                 inv = probe(backend, s.host_root)
         except BackendError:
-            self.backend = None  # detect again next pass: the stack may have changed under us
+            self._drop_backend(backend)  # detect again next pass: the stack may have changed under us
             raise
         self.backend = backend
         if not inv.devices and inv.backend == "nvml":
@@ -116,6 +122,17 @@ class Daemon:
             empty = "no NVIDIA GPU found: NVML loaded but reports no devices; writing no GPU labels"
             inv = dataclasses.replace(inv, warnings=(*inv.warnings, empty))
         return with_machine_type(inv, self.settings.machine_type_file)
+
+    def _drop_backend(self, backend: Backend | None) -> None:
+        if isinstance(backend, Watching):
+            backend.close()
+        self.backend = None
+
+    def _count_gpus(self, inv: Inventory) -> None:
+        failing = inv.health.failures if inv.health is not None else ()
+        for failure in self.gpu_failures.update(failing).new:
+            self.metrics.gpu_failed(layer=failure.layer, error=failure.error)
+        self.metrics.gpus(answering=len(inv.devices), failing=len(failing))
 
     def run_pass(self) -> PassResult:
         now = self.clock()
@@ -128,6 +145,7 @@ class Daemon:
             log.debug("unexpected error in a pass", exc_info=True)
             return self._failed_unlabelled("internal", f"internal: {type(err).__name__}: {err}", now)
         self._warn((*inv.warnings, *labelled.warnings))
+        self._count_gpus(inv)
         labels = labelled.labels
         try:
             written = self._write_if_needed(labels, now)
@@ -189,14 +207,17 @@ class Daemon:
         if new is None:
             return
         old_output, self.settings = self.settings.output_file, new
-        self.backend = None  # backend options may have changed
+        self._drop_backend(self.backend)  # backend options may have changed
         if new.output_file != old_output:
             self.output = FeatureFile(new.output_file)
 
     def run(self) -> int:
         """Loop until stopped; return the exit status (1 when the first pass fails and must be fatal)."""
         with self.control.running():
-            return self._loop()
+            try:
+                return self._loop()
+            finally:
+                self._drop_backend(self.backend)
 
     def _loop(self) -> int:
         while not self.control.stopping:

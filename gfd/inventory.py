@@ -8,8 +8,13 @@ labeler can be tested with a hand-built inventory and no I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from gfd.choices import BackendName
+
+# Where a failing GPU's problem lies, for the one who fixes it: the GPU itself or its board ("hardware"),
+# the kernel driver ("driver"), the NVLink fabric it must join before CUDA runs on it ("fabric").
+FailureLayer = Literal["hardware", "driver", "fabric"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,34 @@ class JetsonFacts:
 
 
 @dataclass(frozen=True)
+class GpuFailure:
+    """A GPU on the node that cannot be used: NVML could not open or query it, it reported a fatal Xid, it
+    could not join its fabric, or it is on the PCI bus and NVML does not report it."""
+
+    pci_bus_id: str | None  # as sysfs names it, "0000:3b:00.0"; None when nothing told it
+    index: int | None  # NVML's index; None for a GPU that NVML does not report
+    error: str  # NVML's error name ("NVML_ERROR_GPU_IS_LOST"), "Xid 79", "not reported by NVML", ...
+    layer: FailureLayer
+    doing: str | None = None  # what was being read when it failed ("device name")
+    detail: str | None = None  # the error in words, where its name is a code ("GPU is lost")
+
+    @property
+    def where(self) -> str:
+        """``GPU 3 (0000:13:00.0)``, or whichever of the two is known."""
+        if self.index is None:
+            return f"GPU {self.pci_bus_id or '(unknown address)'}"
+        return f"GPU {self.index}" + (f" ({self.pci_bus_id})" if self.pci_bus_id else "")
+
+
+@dataclass(frozen=True)
+class Health:
+    """Whether every GPU the node has answers, as far as the backend can tell (NVML and the PCI bus)."""
+
+    failures: tuple[GpuFailure, ...] = ()
+    on_bus: int | None = None  # NVIDIA GPUs the PCI bus shows for its driver; None: none shown or unreadable
+
+
+@dataclass(frozen=True)
 class Inventory:
     """Everything the labelers may know about one node at one moment."""
 
@@ -77,6 +110,7 @@ class Inventory:
     devices: tuple[Device, ...] = ()
     machine: str | None = None  # contents of the machine-type file (DMI product name)
     jetson: JetsonFacts | None = None
+    health: Health | None = None  # None: this backend cannot tell (tegra files, machine profiles)
     warnings: tuple[str, ...] = field(default=())
 
     @property

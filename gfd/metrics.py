@@ -18,6 +18,12 @@ class Metrics:
     def file_written(self) -> None:
         """The feature file was rewritten."""
 
+    def gpus(self, *, answering: int, failing: int) -> None:
+        """A pass found ``answering`` GPUs that can be used and ``failing`` that cannot."""
+
+    def gpu_failed(self, *, layer: str, error: str) -> None:
+        """A GPU started failing (said once while it lasts): ``error`` as NVML names it, or "Xid 79"."""
+
 
 class PrometheusMetrics(Metrics):
     def __init__(self, registry: Any = None) -> None:
@@ -32,6 +38,14 @@ class PrometheusMetrics(Metrics):
         )
         self.labels = Gauge("gfd_labels", "Labels produced by the last good pass.", registry=r)
         self.writes = Counter("gfd_file_writes", "Times the feature file was rewritten.", registry=r)
+        self.answering = Gauge("gfd_gpus_answering", "GPUs that answered the last pass.", registry=r)
+        self.failing = Gauge("gfd_gpus_failing", "GPUs the last pass found unusable.", registry=r)
+        self.failures = Counter(
+            "gfd_gpu_failures",
+            "GPUs found failing, counted when each starts to fail, by layer and error.",
+            ["layer", "error"],
+            registry=r,
+        )
 
     def pass_done(self, *, ok: bool, layer: str | None, labels: int | None, now: float) -> None:
         self.passes.inc()
@@ -44,6 +58,13 @@ class PrometheusMetrics(Metrics):
 
     def file_written(self) -> None:
         self.writes.inc()
+
+    def gpus(self, *, answering: int, failing: int) -> None:
+        self.answering.set(answering)
+        self.failing.set(failing)
+
+    def gpu_failed(self, *, layer: str, error: str) -> None:
+        self.failures.labels(layer=layer, error=error).inc()
 
     def serve(self, host: str, port: int) -> None:
         from prometheus_client import start_http_server

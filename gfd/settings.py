@@ -21,7 +21,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, get_args
 
-from gfd.choices import BackendChoice, DiscoveryStrategy, MigStrategy
+from gfd.choices import BackendChoice, DiscoveryStrategy, LabelSetName, MigStrategy
 from gfd.durations import parse_interval
 from gfd.sharing_config import SharingConfig
 from hostport import parse_address
@@ -151,6 +151,7 @@ def flag(
 
 _MIG = get_args(MigStrategy)
 _BACKENDS = get_args(BackendChoice)
+_LABEL_SETS = get_args(LabelSetName)
 
 
 # fmt: off
@@ -168,6 +169,10 @@ class Settings:
     mig_strategy: MigStrategy = field(default="none", metadata=flag(
         "--mig-strategy", ("GFD_MIG_STRATEGY", "MIG_STRATEGY"), parse_choice(_MIG),
         "how MIG devices are labelled", file="flags.migStrategy", metavar="|".join(_MIG)))
+    label_set: LabelSetName = field(default="device-plugin", metadata=flag(
+        "--label-set", "GFD_LABEL_SET", parse_choice(_LABEL_SETS),
+        "which labels to write: device-plugin (NVIDIA GFD's) or dra (hardware facts only, for nodes whose "
+        "GPUs a DRA driver allocates; docs/labels.md)", metavar="|".join(_LABEL_SETS)))
     fail_on_init_error: bool = field(default=True, metadata=flag(
         "--fail-on-init-error", ("GFD_FAIL_ON_INIT_ERROR", "FAIL_ON_INIT_ERROR"), parse_bool,
         "exit 1 when the first probe fails; false: do not fail (the daemon retries every interval, a "

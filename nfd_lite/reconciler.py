@@ -88,7 +88,9 @@ def plan(
     """What to send so the Node carries ``desired`` for the keys this writer owns.
 
     - an owned key with a different (or no) value is set again: that is drift repair;
-    - a key that exists but is not owned is a conflict and is left alone, unless ``overwrite``;
+    - a key that exists but is not owned is left alone, unless ``overwrite``: with the value desired it is
+      another manager's label that says the same (the GPU Operator's ``gpu.present``), nothing to report
+      and not taken; with another value it is a conflict;
     - owned keys no longer desired are removed, unless ``allow_removal`` is False (start-up grace).
 
     Nothing desired is ``prune``: every owned label on the Node goes, and the record with them.
@@ -100,7 +102,8 @@ def plan(
     for key, value in desired.items():
         current = node.labels.get(key)
         if key not in owned and current is not None and not overwrite:
-            conflicts.append(Conflict(key, current, value))
+            if current != value:
+                conflicts.append(Conflict(key, current, value))
             continue
         new_owned.add(key)
         if current != value:

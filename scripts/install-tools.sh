@@ -66,6 +66,9 @@ ln -sfn ../helm3/helm "$TOOLS/bin/helm"
 # into .cache/peers/kubernetes{,-1.30}. The 1.37 peer also builds the node (kubelet, kube-scheduler,
 # kube-proxy) for tests/node: about 6 and 4 minutes on 2 cores the first time.
 scripts/peers/build.sh kubernetes kubernetes-1.30
+# Kubernetes' own DRA test driver (same release, a peer of its own): the stand-in for NVIDIA's DRA driver on
+# the real node, so the chart's DRA mode gets its admin-access claim allocated (tests/node/test_dra_on_node.py).
+scripts/peers/build.sh dra-test-driver
 # Upstream NFD (nfd-master, nfd-worker) for the compatibility test and the benchmarks beside nfd-lite.
 scripts/peers/build.sh nfd
 # NVIDIA's gpu-feature-discovery and the mock NVML library both it and gfd load: the label parity oracle;

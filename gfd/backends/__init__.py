@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from gfd.backends.errors import BackendError, NoGpuFound
 from gfd.choices import BackendChoice
@@ -14,6 +15,17 @@ class Backend(Protocol):
     name: str
 
     def probe(self) -> Inventory: ...
+
+
+@runtime_checkable
+class Watching(Protocol):
+    """A backend that can also listen between passes (NVML's Xid events)."""
+
+    def watch(self, wake: Callable[[], None]) -> None:
+        """Call ``wake`` whenever the hardware reports what the next pass should see."""
+
+    def close(self) -> None:
+        """Stop listening: the backend is no longer used."""
 
 
 # Where a driver root keeps libnvidia-ml.so.1: the directories NVIDIA's device plugin searches, in its

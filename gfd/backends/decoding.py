@@ -101,6 +101,9 @@ PCI_BASE_BRIDGE = 0x06  # NVSwitch shows up as one
 PCI_VGA_CONTROLLER = 0x0300  # a GPU that drives displays: gpu.mode "graphics"
 PCI_3D_CONTROLLER = 0x0302  # a GPU without display outputs: gpu.mode "compute"
 PCI_AUDIO = 0x0403  # a GPU's HDMI audio function
+# Whole 24-bit classes (base class, subclass, programming interface) as NVIDIA's GFD compares them.
+PCI_CLASS_VGA_CONTROLLER = PCI_VGA_CONTROLLER << 8  # 0x030000
+PCI_CLASS_3D_CONTROLLER = PCI_3D_CONTROLLER << 8  # 0x030200
 
 
 def parse_hex(text: str) -> int | None:

@@ -26,10 +26,15 @@ class NoGpuFound(BackendError):
 class NvmlFailed(BackendError):
     """An NVML call answered error ``code`` (nvml.h); ``at_init``: nvmlInit itself, else a read after it.
 
-    The code is kept for callers that explain it in their own words (``gfd doctor``).
+    The code is kept for callers that explain it in their own words (``gfd doctor``), and for the probe,
+    which tells a failing GPU from a failing stack by it.
     """
 
-    def __init__(self, layer: Layer, message: str, code: int, at_init: bool) -> None:
+    def __init__(
+        self, layer: Layer, message: str, code: int, at_init: bool, gpu: int | None = None, what: str = ""
+    ) -> None:
         super().__init__(layer, message)
         self.code = code
         self.at_init = at_init
+        self.gpu = gpu  # the GPU being read, when the read was of one
+        self.what = what  # what was being read ("device name")

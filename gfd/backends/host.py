@@ -8,6 +8,7 @@ Every reader answers None for a file that is missing or unreadable; what that me
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from gfd.inventory import Inventory
 
 PCI_DIR = "sys/bus/pci/devices"
 NVIDIA_VENDOR = 0x10DE
+NVIDIA_DRIVER = "nvidia"  # the kernel module's name, as a device's sysfs `driver` link ends
 KERNEL_MODULE_VERSION = "proc/driver/nvidia/version"
 KERNEL_MODULE_SYSFS_VERSION = "sys/module/nvidia/version"  # the same version, while the module is loaded
 
@@ -48,6 +50,16 @@ class PciGpu:
     address: str  # "0000:3b:00.0"
     device_id: int | None
     pci_class: int | None
+    driver: str | None = (
+        None  # the kernel driver bound to it ("nvidia", "vfio-pci"); None: none, or unreadable
+    )
+    virtual_function: bool = False  # an SR-IOV virtual function (a vGPU host's), which NVML does not list
+
+    @property
+    def for_nvidia_driver(self) -> bool:
+        """Meant to be one of NVML's GPUs: a physical function bound to the NVIDIA driver or to none (one the
+        driver failed to take). A GPU given to another driver (vfio-pci for a VM) is not this node's."""
+        return not self.virtual_function and self.driver in (None, NVIDIA_DRIVER)
 
     @property
     def kind(self) -> str:
@@ -70,8 +82,16 @@ def scan_pci(host_root: Path) -> tuple[list[PciGpu], list[int | None]]:
         if pci_class is not None and pci_class >> 16 != decoding.PCI_BASE_DISPLAY:
             others.append(pci_class)
             continue
-        gpus.append(PciGpu(dev.name, read_hex(dev / "device"), pci_class))
+        driver = _link_name(dev / "driver")
+        gpus.append(PciGpu(dev.name, read_hex(dev / "device"), pci_class, driver, (dev / "physfn").exists()))
     return gpus, others
+
+
+def _link_name(path: Path) -> str | None:
+    try:
+        return Path(os.readlink(path)).name
+    except OSError:
+        return None
 
 
 def kernel_module_version(host_root: Path) -> str | None:

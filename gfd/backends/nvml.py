@@ -3,8 +3,11 @@
 One probe opens NVML, reads the driver, every GPU and its MIG devices, and always closes it
 again. A fact a GPU does not support (NotSupported, or a symbol an older driver lacks) is
 left unknown with a warning; only a broken stack fails the probe, with one ``BackendError``
-line naming the broken layer. ``pynvml`` is imported inside ``probe`` so that choosing
-another backend never loads it.
+line naming the broken layer. One GPU that cannot be read (lost, an unknown error, a failing
+query, no answer within ``gpu_timeout``) is left out and reported in the inventory's ``health``,
+with each GPU the PCI bus shows that NVML does not, and each a fatal Xid marked (``watch``); the
+labels then come from the GPUs that answer. ``pynvml`` is imported inside ``probe`` so that
+choosing another backend never loads it.
 """
 
 from __future__ import annotations
@@ -12,19 +15,34 @@ from __future__ import annotations
 import contextlib
 import ctypes
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gfd.backends import decoding
-from gfd.backends.errors import BackendError
-from gfd.backends.host import PCI_DIR
-from gfd.backends.nvml_errors import init_error, probe_error
-from gfd.inventory import Device, Inventory, MigDevice
+from gfd.backends.bounded import BoundedReads, TimedOut
+from gfd.backends.errors import BackendError, NvmlFailed
+from gfd.backends.gpu_health import XidMarks, failure_line, reconcile
+from gfd.backends.host import PCI_DIR, PciGpu, scan_pci
+from gfd.backends.nvml_errors import (
+    STACK_WIDE,
+    TIMEOUT,
+    gpu_failure_layer,
+    init_error,
+    nvml_reason,
+    nvml_symbol,
+    probe_error,
+)
+from gfd.inventory import Device, GpuFailure, Health, Inventory, MigDevice
+
+if TYPE_CHECKING:
+    from gfd.backends.nvml_events import XidWatch
 
 T = TypeVar("T")
 
 _FABRIC_STATE_COMPLETED = 3
+GPU_TIMEOUT_S = 30.0  # one GPU's reads in one pass; the first pass after boot may wake each GPU (seconds)
 
 
 class _Unsupported(Exception):
@@ -35,31 +53,64 @@ class NvmlBackend:
     name = "nvml"
 
     def __init__(
-        self, with_vgpu: bool = False, host_root: Path = Path("/"), library: str | None = None
+        self,
+        with_vgpu: bool = False,
+        host_root: Path = Path("/"),
+        library: str | None = None,
+        gpu_timeout: float = GPU_TIMEOUT_S,
     ) -> None:
         self.with_vgpu = with_vgpu
         self.host_root = Path(host_root)
         self.library = library  # a path to libnvidia-ml.so.1 (below the driver root); None: the loader's
+        self.reads = BoundedReads(gpu_timeout)
+        self.xid_marks = XidMarks()  # kept across passes: a fatal Xid marks its GPU until it was reset
+        self.bus_ids: dict[int, str] = {}  # each GPU's sysfs bus id as earlier passes read it
+        self._watch: XidWatch | None = None
 
     def probe(self) -> Inventory:
+        pynvml = self._bindings()
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as err:
+            raise init_error(err.value, self.host_root) from None
+        try:
+            inventory = _Probe(pynvml, self).run()
+        except pynvml.NVMLError as err:  # a required call failed outside any device context
+            raise probe_error(err.value, "reading the device list", None) from None
+        finally:
+            # The probe's own result (or error) matters more than a failed close. A GPU's read still
+            # running past its deadline is inside NVML: close once it has ended.
+            self.reads.after_all(lambda: _shutdown(pynvml))
+        if self._watch is not None:
+            self._watch.refresh()  # a GPU that answers again may register now
+        return inventory
+
+    def watch(self, wake: Callable[[], None]) -> None:
+        """Listen for NVML's fatal Xid events between passes (``nvml_events``), calling ``wake`` on each."""
+        from gfd.backends.nvml_events import XidWatch
+
+        if self._watch is None:
+            self._watch = XidWatch(self._bindings(), self.xid_marks, wake)
+            self._watch.start()
+
+    def close(self) -> None:
+        if self._watch is not None:
+            self._watch.stop()
+            self._watch = None
+
+    def _bindings(self) -> ModuleType:
         import pynvml  # lazy: the tegra and mock backends must not need it
 
         if self.library is not None and pynvml.nvmlLib is None:
             # The bindings load "libnvidia-ml.so.1" by name unless a library is already in place.
             with contextlib.suppress(OSError):
                 pynvml.nvmlLib = pynvml.CDLL(self.library)
-        try:
-            pynvml.nvmlInit()
-        except pynvml.NVMLError as err:
-            raise init_error(err.value, self.host_root) from None
-        try:
-            return _Probe(pynvml, self).run()
-        except pynvml.NVMLError as err:  # a required call failed outside any device context
-            raise probe_error(err.value, "reading the device list", None) from None
-        finally:
-            # The probe's own result (or error) matters more than a failed close.
-            with contextlib.suppress(pynvml.NVMLError):
-                pynvml.nvmlShutdown()
+        return pynvml
+
+
+def _shutdown(nvml: ModuleType) -> None:
+    with contextlib.suppress(nvml.NVMLError):
+        nvml.nvmlShutdown()
 
 
 class _Probe:
@@ -71,6 +122,8 @@ class _Probe:
         self.warnings: list[str] = []
         self._gi_profiles: dict[tuple[int, int], Any] = {}
         self._ci_profiles: dict[tuple[int, int, int], Any] = {}
+        self._bus_ids: dict[int, str] = {}  # sysfs bus id of each GPU, as soon as it was read
+        self._fabric_failed: dict[int, int] = {}  # GPU -> the fabric's error status
 
     def call(self, what: str, gpu: int | None, fn: Callable[..., T], *args: Any) -> T:
         """A required call: any NVML error fails the probe, named by layer and GPU."""
@@ -102,24 +155,87 @@ class _Probe:
         driver = self.optional("driver version", None, n.nvmlSystemGetDriverVersion)
         cuda = self.optional("CUDA driver version", None, n.nvmlSystemGetCudaDriverVersion)
         count = self.call("device count", None, n.nvmlDeviceGetCount)
-        devices = tuple(self.device(i) for i in range(count))
+        devices: list[Device] = []
+        failures: list[GpuFailure] = []
+        for i in range(count):
+            read = self._gpu(i)
+            if isinstance(read, GpuFailure):
+                failures.append(read)
+            else:
+                devices.append(read)
+        devices, failures = self._unfabricated(devices, failures)
+        self.backend.bus_ids.update(self._bus_ids)
+        health = reconcile([self._bus_ids.get(d.index) for d in devices], failures, self._bus())
+        devices, health = self._xid_marked(devices, health)
+        self.warnings.extend(failure_line(f) for f in health.failures)
         return Inventory(
             backend="nvml",
             driver_version=driver,
             cuda_driver_version=cuda,
-            devices=devices,
+            devices=tuple(devices),
+            health=health,
             warnings=tuple(self.warnings),
         )
+
+    def _gpu(self, i: int) -> Device | GpuFailure:
+        """GPU ``i``'s facts, or why it cannot be used. A failure of the whole stack still fails the pass."""
+        try:
+            return self.backend.reads.run(i, lambda: self.device(i))
+        except NvmlFailed as err:
+            if err.code in STACK_WIDE or err.gpu is None:
+                raise
+            layer = gpu_failure_layer(err.code)
+            return GpuFailure(
+                self._address(i), i, nvml_symbol(err.code), layer, err.what, nvml_reason(err.code)
+            )
+        except TimedOut:
+            # The same words every pass while it lasts, so that it is said once.
+            waited = f"no answer within {self.backend.reads.timeout:g} s"
+            return GpuFailure(self._address(i), i, nvml_symbol(TIMEOUT), "hardware", None, waited)
+
+    def _address(self, i: int) -> str | None:
+        """GPU ``i``'s bus id: read now, else as an earlier pass read it (a lost GPU no longer says)."""
+        return self._bus_ids.get(i) or self.backend.bus_ids.get(i)
+
+    def _unfabricated(
+        self, devices: list[Device], failures: list[GpuFailure]
+    ) -> tuple[list[Device], list[GpuFailure]]:
+        """Move the GPUs whose fabric registration failed (no CUDA work runs on them) to the failures."""
+        for i, status in self._fabric_failed.items():
+            what = f"fabric registration {nvml_symbol(status)}"
+            failures.append(GpuFailure(self._address(i), i, what, "fabric", None, nvml_reason(status)))
+        return [d for d in devices if d.index not in self._fabric_failed], failures
+
+    def _xid_marked(self, devices: list[Device], health: Health) -> tuple[list[Device], Health]:
+        """Move the answering GPUs a fatal Xid marked since their last reset to the failures; tell the marks
+        which GPUs answer and which do not (a reset shows as both, one pass after the other)."""
+        answering = [(d.index, self._bus_ids[d.index]) for d in devices if d.index in self._bus_ids]
+        failing = [f.pci_bus_id for f in health.failures if f.pci_bus_id]
+        marked = {f.index: f for f in self.backend.xid_marks.settle(answering, failing)}
+        if not marked:
+            return devices, health
+        found = sorted([*health.failures, *marked.values()], key=lambda f: (f.index is None, f.index or 0))
+        return [d for d in devices if d.index not in marked], replace(health, failures=tuple(found))
+
+    def _bus(self) -> list[PciGpu] | None:
+        """The NVIDIA GPUs on the PCI bus below the host root; None where sysfs is not there to read."""
+        if not (self.backend.host_root / PCI_DIR).is_dir():
+            return None
+        gpus, _ = scan_pci(self.backend.host_root)
+        return gpus
 
     def device(self, i: int) -> Device:
         n = self.nvml
         h = self.call("device handle", i, n.nvmlDeviceGetHandleByIndex, i)
+        # The bus id first: should a later read fail, the failure still names the GPU's address.
+        pci = self.optional("PCI info", i, n.nvmlDeviceGetPciInfo, h)
+        bus_id = _text(pci.busId) if pci is not None else None
+        if bus_id is not None and (sysfs_name := decoding.sysfs_bus_id(bus_id)) is not None:
+            self._bus_ids[i] = sysfs_name
         name = self.call("device name", i, n.nvmlDeviceGetName, h)
         memory = self.optional("memory size", i, n.nvmlDeviceGetMemoryInfo, h)
         total_bytes = int(memory.total) if memory is not None else None
         cc = self.optional("compute capability", i, n.nvmlDeviceGetCudaComputeCapability, h)
-        pci = self.optional("PCI info", i, n.nvmlDeviceGetPciInfo, h)
-        bus_id = _text(pci.busId) if pci is not None else None
         sysfs_dir = self._sysfs_dir(bus_id)
         mig_capable, mig_enabled, migs = self.mig(i, h, total_bytes)
         return Device(
@@ -281,8 +397,11 @@ class _Probe:
                 return None  # no NVLink fabric (pre-Hopper, or no NVSwitch): no clique, no warning
             except n.NVMLError as err:
                 raise probe_error(err.value, "GPU fabric info", i) from None
-            if int(info.state) != _FABRIC_STATE_COMPLETED or int(info.status) != 0:
+            if int(info.state) != _FABRIC_STATE_COMPLETED:
                 return None  # fabric not (yet) registered: a clique label now would be wrong
+            if int(info.status) != 0:
+                self._fabric_failed[i] = int(info.status)  # registered, and failed: CUDA will not run here
+                return None
             return decoding.clique_id(bytes(info.clusterUuid), int(info.cliqueId))
         return None
 

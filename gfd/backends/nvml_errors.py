@@ -14,11 +14,14 @@ from pathlib import Path
 from gfd.backends import decoding
 from gfd.backends.errors import Layer, NvmlFailed
 from gfd.backends.host import kernel_module_version
+from gfd.inventory import FailureLayer
 
 # NVML return codes (nvml.h), spelled out so this module does not import the bindings.
+UNINITIALIZED = 1
 NO_PERMISSION = 4
 INSUFFICIENT_POWER = 8
 DRIVER_NOT_LOADED = 9
+TIMEOUT = 10
 IRQ_ISSUE = 11
 LIBRARY_NOT_FOUND = 12
 FUNCTION_NOT_FOUND = 13
@@ -26,6 +29,7 @@ CORRUPTED_INFOROM = 14
 GPU_IS_LOST = 15
 RESET_REQUIRED = 16
 LIB_RM_VERSION_MISMATCH = 18
+UNKNOWN = 999
 
 _NAMES = {
     1: "Uninitialized",
@@ -43,8 +47,39 @@ _NAMES = {
     GPU_IS_LOST: "GPU is lost",
     RESET_REQUIRED: "GPU requires reset",
     LIB_RM_VERSION_MISMATCH: "Driver/library version mismatch",
-    999: "Unknown Error",
+    UNKNOWN: "Unknown Error",
 }
+
+# The names nvml.h gives the codes, the ones a user finds in NVIDIA's documentation and forums.
+_SYMBOLS = {
+    UNINITIALIZED: "NVML_ERROR_UNINITIALIZED",
+    2: "NVML_ERROR_INVALID_ARGUMENT",
+    3: "NVML_ERROR_NOT_SUPPORTED",
+    NO_PERMISSION: "NVML_ERROR_NO_PERMISSION",
+    6: "NVML_ERROR_NOT_FOUND",
+    INSUFFICIENT_POWER: "NVML_ERROR_INSUFFICIENT_POWER",
+    DRIVER_NOT_LOADED: "NVML_ERROR_DRIVER_NOT_LOADED",
+    TIMEOUT: "NVML_ERROR_TIMEOUT",
+    IRQ_ISSUE: "NVML_ERROR_IRQ_ISSUE",
+    LIBRARY_NOT_FOUND: "NVML_ERROR_LIBRARY_NOT_FOUND",
+    FUNCTION_NOT_FOUND: "NVML_ERROR_FUNCTION_NOT_FOUND",
+    CORRUPTED_INFOROM: "NVML_ERROR_CORRUPTED_INFOROM",
+    GPU_IS_LOST: "NVML_ERROR_GPU_IS_LOST",
+    RESET_REQUIRED: "NVML_ERROR_RESET_REQUIRED",
+    LIB_RM_VERSION_MISMATCH: "NVML_ERROR_LIB_RM_VERSION_MISMATCH",
+    UNKNOWN: "NVML_ERROR_UNKNOWN",
+}
+
+# Codes that say the whole stack is broken, not one GPU: a read that answers one of these fails the pass.
+STACK_WIDE = frozenset(
+    {UNINITIALIZED, DRIVER_NOT_LOADED, LIBRARY_NOT_FOUND, FUNCTION_NOT_FOUND, LIB_RM_VERSION_MISMATCH}
+)
+# Per-GPU codes that mean the GPU or its board: fallen off the bus, needing a reset, a damaged infoROM,
+# missing power, a broken interrupt line, a GPU that does not answer in time. Any other code on one GPU
+# is the driver's answer about it ("driver").
+_HARDWARE = frozenset(
+    {GPU_IS_LOST, RESET_REQUIRED, CORRUPTED_INFOROM, INSUFFICIENT_POWER, IRQ_ISSUE, TIMEOUT}
+)
 
 _TOOLKIT_HINT = (
     "run the pod with runtimeClassName: nvidia (or make nvidia the default container runtime) "
@@ -62,6 +97,16 @@ def nvml_reason(code: int) -> str:
 
 def nvml_code_name(code: int) -> str:
     return f"NVML: {nvml_reason(code)}"
+
+
+def nvml_symbol(code: int) -> str:
+    """The return code as nvml.h names it: "NVML_ERROR_GPU_IS_LOST"."""
+    return _SYMBOLS.get(code, f"NVML error {code}")
+
+
+def gpu_failure_layer(code: int) -> FailureLayer:
+    """Where a GPU that answered ``code`` has its problem."""
+    return "hardware" if code in _HARDWARE else "driver"
 
 
 @dataclass(frozen=True)
@@ -133,7 +178,7 @@ def init_error(code: int, host_root: Path) -> NvmlFailed:
 
 def probe_error(code: int, what: str, gpu: int | None) -> NvmlFailed:
     """A failure while reading ``what`` (on GPU ``gpu``, when known)."""
-    return NvmlFailed(*_reading(code, what, gpu), code, at_init=False)
+    return NvmlFailed(*_reading(code, what, gpu), code, at_init=False, gpu=gpu, what=what)
 
 
 def _reading(code: int, what: str, gpu: int | None) -> tuple[Layer, str]:

@@ -10,6 +10,8 @@ from gfd.doctor.model import Context, Finding
 
 # JetPack 6 (L4T 36) uses dev/nvgpu/igpu0/*; earlier releases dev/nvhost-*-gpu. dev/nvmap is on all of them.
 JETSON_GPU_NODES = ("dev/nvgpu/igpu0/ctrl", "dev/nvhost-ctrl-gpu", "dev/nvhost-gpu")
+# Beside one /dev/nvidia<minor> per GPU, what CUDA programs open on a PCI GPU host (and in its containers).
+CONTROL_NODES = ("dev/nvidiactl", "dev/nvidia-uvm")
 
 
 def _mode(path: Path) -> int | None:
@@ -28,7 +30,7 @@ def check(ctx: Context) -> list[Finding]:
 
 
 def check_pci(ctx: Context) -> list[Finding]:
-    want = ["dev/nvidiactl", "dev/nvidia-uvm"]
+    want = list(CONTROL_NODES)
     numbered = sorted(
         (p.name for p in ctx.path("dev").glob("nvidia[0-9]*") if re.fullmatch(r"nvidia\d+", p.name)),
         key=lambda n: int(n[6:]),

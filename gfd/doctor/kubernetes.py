@@ -1,6 +1,8 @@
-"""Layer 7: does Kubernetes see the GPU? Node labels, allocatable GPUs, the nvidia RuntimeClass.
+"""Layer 7: does Kubernetes see the GPU? Node labels, allocatable GPUs or NVIDIA's DRA driver's
+ResourceSlices (and whether they agree with the labels: ``dra.py``), the nvidia RuntimeClass.
 
-Read-only: two GETs (the Node, the RuntimeClass) with the official client.
+Read-only: a GET of the Node and of the RuntimeClass and a list of the Node's ResourceSlices, with the
+official client.
 """
 
 from __future__ import annotations
@@ -11,18 +13,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gfd.choices import MigStrategy
+from gfd.choices import LabelSetName, MigStrategy
 from gfd.config import Settings
+from gfd.doctor import dra
 from gfd.doctor.model import Context, Finding, Status
 from gfd.inventory import Inventory
-from gfd.labels import LabelOptions, build_labels, extras, mig, resource, timestamp
+from gfd.labels import LabelOptions, build_labels, extras, health, mig, resource, timestamp
 from gfd.sharing_config import FULL_GPU_RESOURCE
 
 IN_CLUSTER_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 GPU = resource.keys(FULL_GPU_RESOURCE)
 KEY_LABELS = (extras.PRESENT, GPU.count, GPU.product)
-# Set by the daemon's settings (sharing config, --with-timestamp), which the doctor does not know.
-IGNORED = (timestamp.TIMESTAMP, GPU.replicas, GPU.sharing_strategy)
+# Set by the daemon's settings (sharing config, --with-timestamp), which the doctor does not know; and the
+# PCI bus as the daemon's container sees it, which the doctor reads below --host-root instead (a GPU that
+# NVML does not report is the doctor's own layer-3 finding).
+IGNORED = (timestamp.TIMESTAMP, GPU.replicas, GPU.sharing_strategy, health.ON_BUS)
 TIMEOUT_S = 10
 
 
@@ -97,7 +102,8 @@ def check(ctx: Context) -> list[Finding]:
         ]
     labels: dict[str, str] = dict((node.metadata.labels if node.metadata else None) or {})
     allocatable: dict[str, str] = dict((node.status.allocatable if node.status else None) or {})
-    findings = [check_labels(ctx, name, labels), check_allocatable(name, allocatable)]
+    consistency, dra_gpus = dra.check(api, name, labels, TIMEOUT_S)
+    findings = [check_labels(ctx, name, labels), check_allocatable(name, allocatable, dra_gpus), consistency]
     try:
         rc = client.NodeV1Api(api).read_runtime_class("nvidia", _request_timeout=TIMEOUT_S)
         findings.append(
@@ -106,6 +112,14 @@ def check(ctx: Context) -> list[Finding]:
     except ApiException as err:
         if err.status != 404:
             findings.append(_api_error(err, "RuntimeClass nvidia", item="runtimeclass"))
+        elif dra_gpus:
+            findings.append(
+                Finding(
+                    "PASS",
+                    f"no RuntimeClass nvidia; not needed, DRA driver {dra.DRIVER} gives pods their GPUs",
+                    item="runtimeclass",
+                )
+            )
         elif ctx.nvidia_runtime_default:
             findings.append(
                 Finding(
@@ -153,14 +167,16 @@ def _api_error(err: Any, what: str, item: str | None = None) -> Finding:
 
 
 def expected_labels(inventory: Inventory, node_labels: dict[str, str]) -> dict[str, str]:
-    """What gfd would label now: its labelers over what the lower layers probed, by the node's MIG
-    strategy."""
+    """What gfd would label now: its labelers over what the lower layers probed, by the node's label set
+    (the device-plugin set always writes gpu.replicas, the DRA set never) and MIG strategy."""
     strategy = node_labels.get(mig.STRATEGY)
     mig_strategy: MigStrategy = (
         "single" if strategy == "single" else "mixed" if strategy == "mixed" else "none"
     )
+    label_set: LabelSetName = "device-plugin" if GPU.replicas in node_labels else "dra"
     # The other settings as the daemon's defaults; those the node may differ by are in IGNORED.
-    opts = LabelOptions.from_settings(Settings(mig_strategy=mig_strategy), datetime.now(UTC))
+    settings = Settings(mig_strategy=mig_strategy, label_set=label_set)
+    opts = LabelOptions.from_settings(settings, datetime.now(UTC))
     return build_labels(inventory, opts).labels
 
 
@@ -204,7 +220,7 @@ def check_labels(ctx: Context, name: str, labels: dict[str, str]) -> Finding:
     )
 
 
-def check_allocatable(name: str, allocatable: dict[str, str]) -> Finding:
+def check_allocatable(name: str, allocatable: dict[str, str], dra_gpus: int = 0) -> Finding:
     gpus = {k: v for k, v in allocatable.items() if k.startswith((FULL_GPU_RESOURCE, "nvidia.com/mig-"))}
     total = 0
     for value in gpus.values():
@@ -215,6 +231,11 @@ def check_allocatable(name: str, allocatable: dict[str, str]) -> Finding:
     if total > 0:
         shown = ", ".join(f"{k}={v}" for k, v in sorted(gpus.items()))
         return Finding("PASS", f"node {name} allocatable: {shown}", item="allocatable")
+    if dra_gpus:
+        evidence = (
+            f"node {name} offers its {dra_gpus} GPUs through DRA driver {dra.DRIVER}, not as allocatable"
+        )
+        return Finding("PASS", evidence, item="allocatable")
     return Finding(
         "FAIL",
         f"node {name} offers no nvidia.com/gpu (allocatable: {gpus or 'none'}): the device plugin has "

@@ -1,7 +1,8 @@
 """Layer 3: does the user-mode driver library (NVML) load, and does it match the kernel module?
 
 NVML is read once per run, by the daemon's own backend: the same library search, the same decoding. What it
-reports is what the layers above judge by.
+reports is what the layers above judge by, including each GPU that cannot be used (which one, which error,
+which layer: hardware, driver or fabric), as the daemon reports it.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from gfd.backends import LIBRARY_DIRS, nvml_library
 from gfd.backends.errors import BackendError, NvmlFailed
+from gfd.backends.gpu_health import FIXES
 from gfd.backends.nvml import NvmlBackend
 from gfd.backends.nvml_errors import (
     LIB_RM_VERSION_MISMATCH,
@@ -20,7 +22,7 @@ from gfd.backends.nvml_errors import (
     version_mismatch,
 )
 from gfd.doctor.model import Context, Finding, Status
-from gfd.inventory import Inventory
+from gfd.inventory import GpuFailure, Inventory
 
 
 def library_versions(root: Path) -> list[str]:
@@ -65,6 +67,16 @@ def _compare(ctx: Context, inventory: Inventory) -> list[Finding]:
     compared = kernel is not None and reported is not None
     if compared and kernel != reported:
         return [_advice(version_mismatch(reported, kernel))]
+    failing = inventory.health.failures if inventory.health is not None else ()
+    if not names and failing:
+        return [
+            Finding(
+                "FAIL",
+                f"NVML {version} loaded but none of its GPUs can be used: "
+                + "; ".join(_failure(f) for f in failing),
+                FIXES[failing[0].layer],
+            )
+        ]
     if not names and not ctx.jetson:
         return [
             Finding(
@@ -77,7 +89,9 @@ def _compare(ctx: Context, inventory: Inventory) -> list[Finding]:
     shown = ", ".join(sorted(set(names))) or "none"
     agree = "matches the kernel module" if compared else "loaded"
     findings = [Finding("PASS", f"NVML {version} {agree}; {len(names)} GPU(s): {shown}")]
-    if ctx.pci_gpus and len(names) < len(ctx.pci_gpus):
+    # Each GPU that cannot be used: the node still works with the others, and is labelled degraded.
+    findings += [Finding("WARN", _failure(f), FIXES[f.layer], item=_item(f)) for f in failing]
+    if ctx.pci_gpus and len(names) + len(failing) < len(ctx.pci_gpus):
         findings.append(
             Finding(
                 "WARN",
@@ -87,6 +101,16 @@ def _compare(ctx: Context, inventory: Inventory) -> list[Finding]:
             )
         )
     return findings
+
+
+def _failure(failure: GpuFailure) -> str:
+    error = f"{failure.error} ({failure.detail})" if failure.detail else failure.error
+    doing = f" reading {failure.doing}" if failure.doing else ""
+    return f"{failure.where} cannot be used: {error}{doing}; layer: {failure.layer}"
+
+
+def _item(failure: GpuFailure) -> str:
+    return f"GPU {failure.pci_bus_id}" if failure.pci_bus_id else f"GPU {failure.index}"
 
 
 def _advice(advice: Advice) -> Finding:

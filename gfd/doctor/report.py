@@ -11,10 +11,10 @@ from gfd.doctor.runner import first_failure
 COLOURS = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
 
 
-def summary(checks: list[Check]) -> str:
+def summary(checks: list[Check], *, again: str = "gfd doctor") -> str:
     failed = first_failure(checks)
     if failed is not None:
-        return f"FAIL at layer {failed.layer} ({failed.name}): fix it and run gfd doctor again"
+        return f"FAIL at layer {failed.layer} ({failed.name}): fix it and run {again} again"
     warns = sum(c.status == "WARN" for c in checks)
     return f"PASS with {warns} warning(s)" if warns else "PASS: every layer checked is healthy"
 
@@ -30,23 +30,31 @@ def to_json(checks: list[Check], host_root: str) -> str:
     return json.dumps(doc, indent=2)
 
 
-def plain(checks: list[Check], host_root: str, out: TextIO) -> None:
-    out.write(f"gfd doctor: the GPU stack, bottom up (host root {host_root})\n\n")
+def _title(host_root: str) -> str:
+    return f"gfd doctor: the GPU stack, bottom up (host root {host_root})"
+
+
+def plain(
+    checks: list[Check], host_root: str, out: TextIO, *, title: str | None = None, again: str = "gfd doctor"
+) -> None:
+    out.write(f"{title or _title(host_root)}\n\n")
     for c in checks:
         out.write(f"[{c.status}] {c.layer} {c.name} - {c.purpose}\n")
         out.write(f"       {c.evidence}\n")
         if c.fix and c.status in ("FAIL", "WARN"):
             out.write(f"       fix: {c.fix}\n")
-    out.write(f"\n{summary(checks)}\n")
+    out.write(f"\n{summary(checks, again=again)}\n")
 
 
-def table(checks: list[Check], host_root: str, out: TextIO) -> None:
+def table(
+    checks: list[Check], host_root: str, out: TextIO, *, title: str | None = None, again: str = "gfd doctor"
+) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
     console = Console(file=out, highlight=False)
-    t = Table(title=f"gfd doctor: the GPU stack, bottom up (host root {host_root})", show_lines=True)
+    t = Table(title=escape(title or _title(host_root)), show_lines=True)
     t.add_column("#", justify="right")
     t.add_column("layer")
     t.add_column("status")
@@ -64,4 +72,4 @@ def table(checks: list[Check], host_root: str, out: TextIO) -> None:
         )
     console.print(t)
     failed = first_failure(checks)
-    console.print(f"[{'bold red' if failed else 'green'}]{escape(summary(checks))}[/]")
+    console.print(f"[{'bold red' if failed else 'green'}]{escape(summary(checks, again=again))}[/]")

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from gfd.choices import MigStrategy
+from gfd.choices import LabelSetName, MigStrategy
 from gfd.inventory import Device, Inventory, MigDevice
 from gfd.sharing_config import SharingConfig
 
@@ -35,6 +35,7 @@ class LabelSet:
 
 @dataclass(frozen=True)
 class LabelOptions:
+    label_set: LabelSetName = "device-plugin"
     mig_strategy: MigStrategy = "none"
     sharing: SharingConfig | None = None  # None: no config file, nothing is shared
     timestamp: datetime | None = None  # set: label nvidia.com/gfd.timestamp
@@ -44,6 +45,7 @@ class LabelOptions:
     def from_settings(cls, settings: Settings, now: datetime) -> LabelOptions:
         """The options ``settings`` ask for, for a labelling pass at ``now``."""
         return cls(
+            label_set=settings.label_set,
             mig_strategy=settings.mig_strategy,
             sharing=settings.sharing,
             timestamp=now if settings.label_timestamp else None,

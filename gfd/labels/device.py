@@ -1,4 +1,6 @@
-"""Full-GPU labels: ``nvidia.com/gpu.{product,count,replicas,sharing-strategy,memory,family,compute.*,mode}``.
+"""Full-GPU labels: ``nvidia.com/gpu.{product,count,memory,family,compute.*,mode}`` (hardware facts) and
+``nvidia.com/gpu.{replicas,sharing-strategy}`` with the ``-SHARED`` product (what the device plugin hands
+out, a family of its own so that the DRA label set can leave it out).
 
 A node whose GPUs are all one model gets exactly NVIDIA's labels. On a node
 with several models NVIDIA writes each model's labels over the others in
@@ -11,15 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gfd.backends.decoding import PCI_3D_CONTROLLER, PCI_VGA_CONTROLLER
+from gfd.backends.decoding import PCI_CLASS_3D_CONTROLLER, PCI_CLASS_VGA_CONTROLLER
 from gfd.inventory import Device, Inventory
-from gfd.labels import resource
+from gfd.labels import resource, sanitize
 from gfd.labels.common import LabelOptions, Labels, mig_on
 from gfd.sharing_config import FULL_GPU_RESOURCE
 
 
 def family(major: int, minor: int) -> str:
-    """Architecture family from the compute capability, as NVIDIA names it (plus 11.x and 13.x)."""
+    """Architecture family from the compute capability, as NVIDIA names it (plus 11.x)."""
     if major == 7:
         return "volta" if minor < 5 else "turing"
     if major == 8:
@@ -27,8 +29,8 @@ def family(major: int, minor: int) -> str:
     names = {1: "tesla", 2: "fermi", 3: "kepler", 5: "maxwell", 6: "pascal", 9: "hopper", 13: "rubin"}
     if major in names:
         return names[major]
-    # NVIDIA's table (v0.19.3) has 10 and 12; 11.0 is Thor's number from CUDA 13 on, also Blackwell.
-    # 13 (Rubin) it does not have yet: "undefined" would hide the newest GPUs from selectors.
+    # NVIDIA's table (v0.20.0) has 10, 12 (Blackwell) and 13 (Rubin); 11.0 is Thor's number from CUDA 13
+    # on, also Blackwell, where NVIDIA says "undefined", which would hide Thor from selectors.
     if major in (10, 11, 12):
         return "blackwell"
     return "undefined"
@@ -47,17 +49,23 @@ def primary_model(devices: Sequence[Device]) -> str:
     return min(groups, key=lambda name: (-len(groups[name]), name))
 
 
-def gpu_labels(inv: Inventory, opts: LabelOptions) -> Labels:
+def _primary_group(devices: Sequence[Device]) -> tuple[str, list[Device], list[Device]]:
+    """The primary model, its GPUs, and those of them that run whole (MIG off)."""
+    model = primary_model(devices)
+    group = by_model(devices)[model]
+    return model, group, [d for d in group if not mig_on(d)]
+
+
+def gpu_labels(inv: Inventory, _opts: LabelOptions) -> Labels:
+    """The primary model's product, count, memory and architecture: facts of the hardware alone."""
     if not inv.devices:
         return {}
-    model = primary_model(inv.devices)
-    group = by_model(inv.devices)[model]
-    full = [d for d in group if not mig_on(d)]
-    # NVIDIA: a model's GPUs with MIG on are labelled without sharing (replicas 0)
-    # unless at least one GPU of that model runs whole, which then speaks for all.
+    model, group, full = _primary_group(inv.devices)
+    # NVIDIA: a model's GPUs with MIG on are labelled by the first of them unless at least one GPU of
+    # that model runs whole, which then speaks for all.
     representative = full[0] if full else group[0]
-    sharing = opts.sharing_or_default if full else None
-    labels = resource.base(FULL_GPU_RESOURCE, len(group), model, None, sharing)
+    key = resource.keys(FULL_GPU_RESOURCE)
+    labels = {key.product: sanitize.product(model), key.count: str(len(group))}
     if representative.memory_mib:
         labels[f"{FULL_GPU_RESOURCE}.memory"] = str(representative.memory_mib)
     cc = representative.compute_capability
@@ -68,17 +76,29 @@ def gpu_labels(inv: Inventory, opts: LabelOptions) -> Labels:
     return labels
 
 
+def sharing_labels(inv: Inventory, opts: LabelOptions) -> Labels:
+    """How NVIDIA's device plugin shares the full GPUs: replicas, strategy, and ``-SHARED`` on the product.
+
+    NVIDIA: a model whose GPUs all have MIG on is labelled without sharing (replicas 0).
+    """
+    if not inv.devices:
+        return {}
+    model, group, full = _primary_group(inv.devices)
+    sharing = opts.sharing_or_default if full else None
+    return resource.base(FULL_GPU_RESOURCE, len(group), model, None, sharing)
+
+
 def _mode(pci_class: int | None) -> str:
-    if pci_class is None:
-        return "unknown"
-    # Compare base class and subclass; the programming-interface byte does not matter.
-    return {PCI_VGA_CONTROLLER: "graphics", PCI_3D_CONTROLLER: "compute"}.get(pci_class >> 8, "unknown")
+    # The whole 24-bit class, programming interface included, as NVIDIA's getModeForClasses compares it:
+    # a VGA controller with a non-zero interface byte is "unknown" there, and so here.
+    modes = {PCI_CLASS_VGA_CONTROLLER: "graphics", PCI_CLASS_3D_CONTROLLER: "compute"}
+    return modes.get(pci_class, "unknown") if pci_class is not None else "unknown"
 
 
 def mode_labels(inv: Inventory, _opts: LabelOptions) -> Labels:
-    """``nvidia.com/gpu.mode``: compute (3D controller), graphics (VGA), or unknown.
+    """``nvidia.com/gpu.mode``: compute (class 0x030200), graphics (0x030000), or unknown.
 
-    GPUs in different modes give ``unknown``; NVIDIA reports the first GPU's mode.
+    GPUs of different classes give ``unknown``, as from NVIDIA's GFD.
     """
     if not inv.devices:
         return {}

@@ -17,11 +17,15 @@ is absent makes the bindings raise ``NVMLError_FunctionNotFound`` themselves.
 ``{"nvmlDeviceGetMemoryInfo": NVML_ERROR_NOT_SUPPORTED}``; a key
 ``"<symbol>:<gpu index>"`` limits that to calls on one GPU (or its MIG
 devices); ``NVML_ERROR_FUNCTION_NOT_FOUND`` removes the symbol altogether.
+``break_gpu``/``heal`` set and lift a GPU's fault while the library is in use
+(``nvml_faults``: lost, unknown error, a failing query, a hang); ``xid`` reports
+an Xid event (``nvml_events``).
 """
 
 from __future__ import annotations
 
 import ctypes
+import threading
 import uuid as uuidlib
 from collections import Counter
 from collections.abc import Callable
@@ -32,6 +36,8 @@ import pynvml
 import pytest
 
 from gfd.machine_profile import DeviceSpec, MachineProfile
+from tests.fakes.nvml_events import EventSet, EventSymbols
+from tests.fakes.nvml_faults import Faults, GpuFault
 from tests.fakes.nvml_mig import MigSymbols
 from tests.fakes.nvml_model import CI_IDS, FakeGpu, FakeMig, gi_profile_id
 from tests.fakes.nvml_wire import (
@@ -80,7 +86,7 @@ class _Symbol:
         return self._lib._dispatch(self.__name__, self._impl, args)
 
 
-class FakeNvml(MigSymbols):
+class FakeNvml(MigSymbols, EventSymbols):
     """A fake ``libnvidia-ml.so.1`` answering NVML's C symbols from a machine profile.
 
     Each ``c_<symbol>`` method implements one C symbol; the instance exports it as ``<symbol>``.
@@ -93,8 +99,13 @@ class FakeNvml(MigSymbols):
         driver_not_loaded: bool = False,
         lib_version: str | None = None,
         fail: dict[str, int] | None = None,
+        virtualization_mode: int | None = None,
     ) -> None:
         self.profile = profile or MachineProfile()
+        self.virtualization_mode = virtualization_mode  # None: the symbol is absent (an older driver)
+        self.faults = Faults()
+        self._event_sets: dict[int, EventSet] = {}
+        self._events = threading.Condition()
         self.driver_not_loaded = driver_not_loaded
         self.lib_version = lib_version
         self.fail: dict[str, int] = dict(fail or {})
@@ -110,6 +121,16 @@ class FakeNvml(MigSymbols):
                 name = attr[2:]
                 if attr.startswith("c_nvml") and self.fail.get(name) != ERROR_FUNCTION_NOT_FOUND:
                     setattr(self, name, _Symbol(self, name, impl.__get__(self)))
+        if virtualization_mode is None and hasattr(self, "nvmlDeviceGetVirtualizationMode"):
+            delattr(self, "nvmlDeviceGetVirtualizationMode")
+
+    def break_gpu(self, index: int, fault: GpuFault) -> None:
+        """From now on GPU ``index`` answers ``fault`` (``nvml_faults``)."""
+        self.faults.set(index, fault)
+
+    def heal(self, index: int) -> None:
+        """GPU ``index`` answers again; calls blocked on it go through."""
+        self.faults.lift(index)
 
     # ---- set-up -------------------------------------------------------------------------------
 
@@ -167,15 +188,25 @@ class FakeNvml(MigSymbols):
         if name == "nvmlErrorString":
             return impl(*args)
         code = self.fail.get(name)
-        if code is None and args and self._per_gpu_fail:
-            gpu = self._gpu_of(args[0])
-            if gpu is not None:
-                code = self.fail.get(f"{name}:{gpu.index}")
+        index = self._gpu_index(name, args)
+        if code is None and index is not None and self._per_gpu_fail:
+            code = self.fail.get(f"{name}:{index}")
+        if code is None and index is not None:
+            code = self.faults.answer(index, name)
         if code is not None:
             return code
         if not name.startswith("nvmlInit") and self.init_count == 0:
             return ERROR_UNINITIALIZED
         return impl(*args)
+
+    def _gpu_index(self, name: str, args: tuple[Any, ...]) -> int | None:
+        """The GPU a call is about: its index argument, or the GPU behind its handle."""
+        if not args:
+            return None
+        if name.startswith("nvmlDeviceGetHandleByIndex"):
+            return as_int(args[0])
+        gpu = self._gpu_of(args[0])
+        return gpu.index if gpu is not None else None
 
     @property
     def total_calls(self) -> int:
@@ -311,6 +342,10 @@ class FakeNvml(MigSymbols):
             pciSubSystemId=0,
         )
 
+    def c_nvmlDeviceGetVirtualizationMode(self, handle: Any, out: Any) -> int:
+        gpu = self._gpu_of(handle)
+        return ERROR_INVALID_ARGUMENT if gpu is None else put(out, value=self.virtualization_mode or 0)
+
     def c_nvmlDeviceGetMinorNumber(self, handle: Any, out: Any) -> int:
         gpu = self._gpu_of(handle)
         return ERROR_INVALID_ARGUMENT if gpu is None else put(out, value=gpu.index)
@@ -360,9 +395,16 @@ def install_fake_nvml(
     driver_not_loaded: bool = False,
     lib_version: str | None = None,
     fail: dict[str, int] | None = None,
+    virtualization_mode: int | None = None,
 ) -> FakeNvml:
     """Put a FakeNvml under the real bindings for one test; undone when the test ends."""
-    fake = FakeNvml(profile, driver_not_loaded=driver_not_loaded, lib_version=lib_version, fail=fail)
+    fake = FakeNvml(
+        profile,
+        driver_not_loaded=driver_not_loaded,
+        lib_version=lib_version,
+        fail=fail,
+        virtualization_mode=virtualization_mode,
+    )
     # Fresh module state, so the bindings' own nvmlInit path runs from the start.
     monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer_cache", {})
     monkeypatch.setattr(pynvml, "_nvmlLib_refcount", 0)

@@ -19,10 +19,13 @@ ERROR_NOT_SUPPORTED = 3
 ERROR_NOT_FOUND = 6
 ERROR_INSUFFICIENT_SIZE = 7
 ERROR_DRIVER_NOT_LOADED = 9
+ERROR_TIMEOUT = 10
 ERROR_FUNCTION_NOT_FOUND = 13
 ERROR_GPU_IS_LOST = 15
+ERROR_RESET_REQUIRED = 16
 ERROR_LIB_RM_VERSION_MISMATCH = 18
 ERROR_ARGUMENT_VERSION_MISMATCH = 25
+ERROR_UNKNOWN = 999
 
 ERROR_STRINGS = {
     SUCCESS: "Success",
@@ -32,10 +35,13 @@ ERROR_STRINGS = {
     ERROR_NOT_FOUND: "Not Found",
     ERROR_INSUFFICIENT_SIZE: "Insufficient Size",
     ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
+    ERROR_TIMEOUT: "Timeout",
     ERROR_FUNCTION_NOT_FOUND: "Function Not Found",
     ERROR_GPU_IS_LOST: "GPU is lost",
+    ERROR_RESET_REQUIRED: "GPU requires reset",
     ERROR_LIB_RM_VERSION_MISMATCH: "RM has detected an NVML/RM version mismatch.",
     ERROR_ARGUMENT_VERSION_MISMATCH: "Argument version mismatch",
+    ERROR_UNKNOWN: "Unknown Error",
 }
 
 # Struct versions the versioned ("V" / "_v2") calls insist on, as in nvml.h.

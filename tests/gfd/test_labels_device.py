@@ -43,7 +43,7 @@ def labels(*devices: Device) -> dict[str, str]:
         ((10, 0), "blackwell"),
         ((11, 0), "blackwell"),  # Jetson Thor under CUDA 13; NVIDIA says "undefined"
         ((12, 0), "blackwell"),
-        ((13, 0), "rubin"),  # NVIDIA's v0.19.3 says "undefined"
+        ((13, 0), "rubin"),  # as NVIDIA's v0.20.0 (v0.19.3 said "undefined")
         ((4, 0), "undefined"),
         ((14, 0), "undefined"),
     ],
@@ -101,6 +101,11 @@ def test_mixed_models_tie_goes_to_the_first_name_whatever_the_order() -> None:
         ((0x038000,), "unknown"),
         ((None,), "unknown"),
         ((0x030200, 0x030000), "unknown"),
+        # The whole class, programming interface included, as NVIDIA's getModeForClasses compares it.
+        ((0x030001,), "unknown"),
+        ((0x030201,), "unknown"),
+        ((0x030200, 0x030201), "unknown"),
+        ((0x030200, None), "unknown"),
     ],
 )
 def test_gpu_mode_from_pci_class(classes: tuple[int | None, ...], mode: str) -> None:

@@ -14,11 +14,12 @@ from gfd.backends import nvml_errors
 from gfd.backends.errors import BackendError, NvmlFailed
 from gfd.backends.nvml import NvmlBackend
 from gfd.inventory import Device, Inventory, cuda_version_parts
-from gfd.labels import LabelOptions, build_labels
+from gfd.labels import LabelOptions, build_labels, health
 from gfd.machine_profile import MachineProfile, load_machine_profile
 from tests.fakes.fake_nvml import FakeNvml, install_fake_nvml
 
 ROOT = Path(__file__).resolve().parents[2]
+HEALTH_KEYS = [health.HEALTH, health.ANSWERING, health.FAILING, health.ON_BUS]
 OWN = Path(__file__).parent / "profiles_nvml"
 MP = pytest.MonkeyPatch
 
@@ -70,7 +71,13 @@ def test_labels_match_the_simulated_node(monkeypatch: MP, tmp_path: Path, path: 
     opts = LabelOptions(mig_strategy=strategy, with_vgpu=True)  # type: ignore[arg-type]
     mock = build_labels(profile.to_inventory(), opts).labels
     assert mock.pop("nvidia.com/gpu.simulated") == "true"
-    assert build_labels(inv, opts).labels == mock
+    nvml = build_labels(inv, opts).labels
+    # Only NVML can tell the GPUs' health; every GPU of the machine answers, as the PCI bus shows.
+    gpus = str(len(profile.devices))
+    assert {k: nvml.pop(k) for k in HEALTH_KEYS} == dict(
+        zip(HEALTH_KEYS, ["ok", gpus, "0", gpus], strict=True)
+    )
+    assert nvml == mock
 
 
 def test_the_probe_always_closes_nvml(monkeypatch: MP, tmp_path: Path) -> None:
@@ -278,38 +285,47 @@ def test_version_mismatch_names_both_versions(monkeypatch: MP, tmp_path: Path) -
     assert "version mismatch" in text and "550.54.15" in text and "535.183.01" in text and "reboot" in text
 
 
-def test_gpu_lost_mid_probe(monkeypatch: MP, tmp_path: Path) -> None:
+def test_gpu_lost_mid_probe_is_left_out_and_the_pass_goes_on(monkeypatch: MP, tmp_path: Path) -> None:
     fail = {"nvmlDeviceGetMemoryInfo:3": pynvml.NVML_ERROR_GPU_IS_LOST}
     fake = install_fake_nvml(monkeypatch, _profile("dgx-a100-mig"), fail=fail)
-    with pytest.raises(BackendError) as caught:
-        NvmlBackend(host_root=tmp_path).probe()
-    assert caught.value.layer == "hardware"
-    assert "GPU 3" in _one_line(caught.value) and "Xid" in str(caught.value)
+    fake.write_host_root(tmp_path)
+    inv = NvmlBackend(host_root=tmp_path).probe()
+    assert [d.index for d in inv.devices] == [0, 1, 2, 4, 5, 6, 7]
+    assert inv.health is not None
+    (lost,) = inv.health.failures
+    assert (lost.index, lost.pci_bus_id, lost.error, lost.layer) == (
+        3,
+        "0000:37:00.0",
+        "NVML_ERROR_GPU_IS_LOST",
+        "hardware",
+    )
+    assert lost.doing == "memory size"
     assert fake.init_count == 0  # closed even so
-    # the return code stays with the error, for gfd doctor's own words
-    assert isinstance(caught.value, NvmlFailed)
-    assert (caught.value.code, caught.value.at_init) == (pynvml.NVML_ERROR_GPU_IS_LOST, False)
 
 
 def test_gpu_lost_while_reading_mig_devices(monkeypatch: MP, tmp_path: Path) -> None:
     fail = {"nvmlDeviceGetAttributes_v2:1": pynvml.NVML_ERROR_GPU_IS_LOST}
     install_fake_nvml(monkeypatch, _profile("dgx-a100-mig"), fail=fail)
-    with pytest.raises(BackendError) as caught:
-        NvmlBackend(host_root=tmp_path).probe()
-    assert caught.value.layer == "hardware" and "GPU 1" in str(caught.value)
+    inv = NvmlBackend(host_root=tmp_path).probe()
+    assert inv.health is not None
+    assert [(f.index, f.error, f.doing) for f in inv.health.failures] == [
+        (1, "NVML_ERROR_GPU_IS_LOST", "MIG device attributes")
+    ]
+    assert len(inv.devices) == 7
 
 
 @pytest.mark.parametrize(
     ("fail", "layer", "words"),
     [
         ({"nvmlInitWithFlags": pynvml.NVML_ERROR_NO_PERMISSION}, "container-toolkit", "device nodes"),
-        ({"nvmlDeviceGetName:1": pynvml.NVML_ERROR_UNKNOWN}, "nvml", "device name on GPU 1"),
-        (
-            {"nvmlDeviceGetHandleByIndex_v2": pynvml.NVML_ERROR_RESET_REQUIRED},
-            "hardware",
-            "GPU 0 is unhealthy",
-        ),
         ({"nvmlDeviceGetCount_v2": pynvml.NVML_ERROR_DRIVER_NOT_LOADED}, "driver", "device count"),
+        # A whole-stack code on one GPU is still the stack's: the pass fails, naming it.
+        ({"nvmlDeviceGetName:1": pynvml.NVML_ERROR_DRIVER_NOT_LOADED}, "driver", "device name on GPU 1"),
+        (
+            {"nvmlDeviceGetHandleByIndex_v2": pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH},
+            "driver",
+            "device handle on GPU 0",
+        ),
     ],
 )
 def test_other_failures_name_their_layer(

@@ -104,3 +104,21 @@ def test_vgpu_present_follows_the_virtualization_mode(monkeypatch: MP, mode: str
     labels = build_labels(inv, LabelOptions()).labels
     assert labels["nvidia.com/vgpu.present"] == present
     assert not any(k.startswith("nvidia.com/vgpu.host-driver") for k in labels)
+
+
+def test_a_gpu_made_to_fail_in_the_mock_is_left_out_until_it_answers(monkeypatch: MP, tmp_path: Any) -> None:
+    """The mock's fault lines (in its events file) make a GPU fail under a real C library, as on the node."""
+    events = tmp_path / "events"
+    events.write_text("2 lost\n")
+    inv, _ = _probe(monkeypatch, "dgxh100", events=str(events))
+    assert [d.index for d in inv.devices] == [0, 1, 3, 4, 5, 6, 7]
+    assert inv.health is not None
+    assert [(f.index, f.error, f.layer) for f in inv.health.failures] == [
+        (2, "NVML_ERROR_GPU_IS_LOST", "hardware")
+    ]
+    labels = build_labels(inv, LabelOptions()).labels
+    assert (labels["nvidia.com/gpu.health"], labels["nvidia.com/gpu.count"]) == ("degraded", "7")
+    with open(events, "a") as f:
+        f.write("2 answers\n")
+    healed, _ = _probe(monkeypatch, "dgxh100", events=str(events))
+    assert len(healed.devices) == 8 and healed.health is not None and healed.health.failures == ()

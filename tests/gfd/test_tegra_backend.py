@@ -13,6 +13,7 @@ from gfd.backends.errors import BackendError
 from gfd.backends.tegra import TegraBackend, is_jetson, jetpack_table
 from gfd.backends.tegra_files import parse_cuda_version_txt, parse_l4t_release
 from gfd.inventory import JetsonFacts
+from gfd.labels import LabelOptions, build_labels
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "jetson"
 
@@ -150,6 +151,34 @@ def test_unknown_l4t_release_omits_only_the_jetpack_version() -> None:
     assert inv.cuda_driver_version == 12060
     assert len(inv.warnings) == 1
     assert "36.9.1" in inv.warnings[0]
+
+
+@pytest.mark.parametrize(("revision", "l4t", "jetpack"), [("4.0", "38.4.0", "7.1"), ("2.1", "38.2.1", "7.0")])
+def test_thor_releases_have_their_jetpack(tmp_path: Path, revision: str, l4t: str, jetpack: str) -> None:
+    root = copy_fixture("thor-r38", tmp_path)
+    release = (root / "etc/nv_tegra_release").read_text().replace("REVISION: 2.0", f"REVISION: {revision}")
+    write(root, "etc/nv_tegra_release", release)
+    labels = build_labels(TegraBackend(root).probe(), LabelOptions()).labels
+    assert (labels["nvidia.com/jetson.l4t-version"], labels["nvidia.com/jetson.jetpack-version"]) == (
+        l4t,
+        jetpack,
+    )
+
+
+def test_a_release_newer_than_the_table_keeps_its_l4t_label_and_says_so_in_one_line(tmp_path: Path) -> None:
+    root = copy_fixture("thor-r38", tmp_path)
+    release = (
+        (root / "etc/nv_tegra_release")
+        .read_text()
+        .replace("# R38 (release), REVISION: 2.0", "# R39 (release), REVISION: 2.0")
+    )
+    write(root, "etc/nv_tegra_release", release)
+    inv = TegraBackend(root).probe()
+    labels = build_labels(inv, LabelOptions()).labels
+    assert labels["nvidia.com/jetson.l4t-version"] == "39.2.0"
+    assert "nvidia.com/jetson.jetpack-version" not in labels  # never a guessed JetPack
+    (note,) = [w for w in inv.warnings if "39.2.0" in w]
+    assert "\n" not in note and "JetPack version unknown" in note
 
 
 def test_unreadable_files_are_warnings_not_failures(tmp_path: Path) -> None:

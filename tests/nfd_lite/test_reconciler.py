@@ -84,6 +84,19 @@ def test_a_label_set_by_someone_else_is_a_conflict_left_alone() -> None:
     assert result.patch["metadata"]["annotations"] == {OWNED_ANNOTATION: "nvidia.com/b"}
 
 
+def test_a_label_someone_else_set_to_our_value_is_theirs_and_no_conflict() -> None:
+    current = node({"nvidia.com/gpu.present": "true"})
+    result = plan({"nvidia.com/gpu.present": "true", "nvidia.com/b": "1"}, current, may_own=MAY_OWN)
+    assert result.conflicts == []
+    assert result.patch is not None
+    assert result.patch["metadata"]["labels"] == {"nvidia.com/b": "1"}
+    assert result.owned == {"nvidia.com/b"}  # not taken: their changes to it are never reverted
+    assert plan({"nvidia.com/gpu.present": "true"}, current, may_own=MAY_OWN).patch is None
+    # Once they remove it the key is free: it is set and owned from then on.
+    freed = plan({"nvidia.com/gpu.present": "true"}, node({}), may_own=MAY_OWN)
+    assert freed.owned == {"nvidia.com/gpu.present"}
+
+
 def test_overwrite_takes_the_conflicting_label() -> None:
     result = plan({"nvidia.com/a": "ours"}, node({"nvidia.com/a": "theirs"}), overwrite=True, may_own=MAY_OWN)
     assert result.conflicts == []

@@ -56,12 +56,13 @@ NODE_BINARIES = (
 HOST_TOOLS = ("containerd", "ctr", "containerd-shim-runc-v2", "runc", "iptables", "nsenter", "unshare", "gcc")
 # What a node needs from the controllers: tokens for service accounts and the root CA in each namespace,
 # DaemonSets and their garbage, namespace deletion, node-lifecycle (which lifts the not-ready taint), the
-# pods of a deleted Node (pod GC) and the admission policies' type check.
+# pods of a deleted Node (pod GC), the admission policies' type check and the ResourceClaims of pods that
+# name a ResourceClaimTemplate (DRA).
 CONTROLLERS = (
     "serviceaccount-controller,root-ca-certificate-publisher-controller,"
     "daemonset-controller,garbage-collector-controller,namespace-controller,replicaset-controller,"
     "deployment-controller,node-lifecycle-controller,pod-garbage-collector-controller,"
-    "validatingadmissionpolicy-status-controller"
+    "validatingadmissionpolicy-status-controller,resourceclaim-controller"
 )
 API_PORT = 6443  # inside the node's own network namespace, so fixed ports collide with nothing
 ETCD_PORT = 2379

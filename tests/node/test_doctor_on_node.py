@@ -35,6 +35,12 @@ def host(gpu_node: NodeCluster, tmp_path_factory: pytest.TempPathFactory) -> Ite
     cluster = gpu_node
     root = tmp_path_factory.mktemp("doctor") / "host"
     shutil.copytree(HOST, root, symlinks=True)
+    # The two GPUs where the mock's NVML says they sit, and as the pod's gfd sees them there: this machine's
+    # sysfs has no class file for the mock's bus ids, so both say gpu.mode=unknown.
+    devices = root / "sys" / "bus" / "pci" / "devices"
+    for tree, mock in (("0000:07:00.0", "0000:10:00.0"), ("0000:0f:00.0", "0000:11:00.0")):
+        (devices / tree).rename(devices / mock)
+        (devices / mock / "class").unlink()
     shutil.copy(cluster.workdir / "containerd.toml", root / "etc" / "containerd" / "config.toml")
     standin = root / str(TOOLKIT_STANDIN).lstrip("/")  # the runtime binary that config names
     standin.parent.mkdir(parents=True, exist_ok=True)
@@ -91,6 +97,7 @@ def test_a_node_with_the_whole_stack_passes(gpu_node: NodeCluster, host: Path) -
     assert {name: f["status"] for name, f in found.items()} == {
         "Kubernetes: labels": "PASS",
         "Kubernetes: allocatable": "PASS",
+        "Kubernetes: dra": "SKIP",  # no DRA driver on this node: its GPUs are the device plugin's
         "Kubernetes: runtimeclass": "PASS",
     }, found
     assert code == 0

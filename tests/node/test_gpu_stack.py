@@ -28,7 +28,14 @@ MACHINE = "dgxh100"
 GPUS = 8
 MACHINE_TYPE_FILE = "/sys/class/dmi/id/product_name"  # the chart's default (absent on this machine)
 # Only we write these (docs/labels.md, "Compared with NVIDIA's GFD").
-OUR_EXTRAS = {"nvidia.com/gpu.present", "nvidia.com/cuda.runtime-version.code", "nvidia.com/gfd.timestamp"}
+OUR_EXTRAS = {
+    "nvidia.com/gpu.present",
+    "nvidia.com/cuda.runtime-version.code",
+    "nvidia.com/gfd.timestamp",
+    "nvidia.com/gpu.health",
+    "nvidia.com/gpu.health.answering",
+    "nvidia.com/gpu.health.failing",
+}
 SEES_ITS_GPUS = (
     "import os, pynvml; pynvml.nvmlInit(); n = pynvml.nvmlDeviceGetCount();"
     "h = pynvml.nvmlDeviceGetHandleByIndex(0);"

@@ -20,7 +20,13 @@ ROOT = peers.ROOT
 GFD = ROOT / ".venv/bin/gfd"
 
 # Labels only we write, as listed in docs/labels.md ("Compared with NVIDIA's GFD").
-EXTRA_KEYS = {"nvidia.com/gpu.present", "nvidia.com/cuda.runtime-version.code"}
+HEALTH_KEYS = {
+    "nvidia.com/gpu.health",
+    "nvidia.com/gpu.health.answering",
+    "nvidia.com/gpu.health.failing",
+    "nvidia.com/gpu.health.on-bus",
+}
+EXTRA_KEYS = {"nvidia.com/gpu.present", "nvidia.com/cuda.runtime-version.code", *HEALTH_KEYS}
 EXTRA_PREFIXES = ("nvidia.com/gpu.count.",)
 
 MACHINE_TYPE = "NVIDIA DGX A100"

@@ -43,6 +43,16 @@ PROFILES: dict[str, dict[str, Any]] = {
         "cuda_driver_version": 12040,
         "devices": _gpus("NVIDIA L4", 1, ["00000000:01:00.0"]),
     },
+    # A DGX A100's eight GPUs on the PCI bus, the one at 0000:b7:00.0 fallen off: NVML reports seven.
+    "dgx-a100-one-gpu-missing": {
+        "driver_version": "550.54.15",
+        "cuda_driver_version": 12040,
+        "devices": _gpus(
+            "NVIDIA A100-SXM4-40GB",
+            7,
+            [f"00000000:{bus}:00.0" for bus in ("07", "0F", "47", "4E", "87", "90", "BD")],
+        ),
+    },
     "docker-only": {
         "driver_version": "550.54.15",
         "cuda_driver_version": 12040,
@@ -69,7 +79,7 @@ def host(tmp_path: Path) -> Callable[[str], Path]:
         root = tmp_path / name
         if name in BASES:
             shutil.copytree(BASES[name], root, symlinks=True)
-        shutil.copytree(HOSTS / name, root, dirs_exist_ok=True)
+        shutil.copytree(HOSTS / name, root, symlinks=True, dirs_exist_ok=True)
         for dev in (root / "dev").rglob("*") if (root / "dev").is_dir() else []:
             if dev.is_file():
                 dev.chmod(0o666)

@@ -16,6 +16,10 @@ def layer7(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
 # What gfd writes on the healthy-pci host (two A100-SXM4-40GB, driver 550.54.15, CUDA 12.4, no config
 # file), as `kubectl get node --show-labels` shows them.
 HEALTHY_PCI_LABELS = {
+    "nvidia.com/gpu.health": "ok",
+    "nvidia.com/gpu.health.answering": "2",
+    "nvidia.com/gpu.health.failing": "0",
+    "nvidia.com/gpu.health.on-bus": "2",
     "nvidia.com/cuda.driver-version.full": "550.54.15",
     "nvidia.com/cuda.driver-version.major": "550",
     "nvidia.com/cuda.driver-version.minor": "54",
@@ -68,7 +72,7 @@ def test_healthy_node_in_cluster(host, nvml, doctor, apiserver, cluster):
         "name": "Kubernetes: labels",
         "purpose": "can pods be scheduled onto the GPU?",
         "status": "PASS",
-        "evidence": f"node {NODE}: 26 labels agree with what gfd sees now",
+        "evidence": f"node {NODE}: 30 labels agree with what gfd sees now",
         "fix": None,
     }
     assert k["Kubernetes: allocatable"]["evidence"] == f"node {NODE} allocatable: nvidia.com/gpu=2"
@@ -98,6 +102,21 @@ def test_the_machine_type_is_compared_as_the_daemon_writes_it(host, nvml, doctor
     code, report = doctor(root, "--kubeconfig", str(cluster), "--node", NODE)
     assert layer7(report)["Kubernetes: labels"]["status"] == "PASS", report
     assert code == 0
+
+
+def test_a_node_labelled_in_the_dra_set_is_compared_with_the_dra_set(host, nvml, doctor, apiserver, cluster):
+    nvml("healthy-pci")
+    allocation = {"nvidia.com/gpu.replicas", "nvidia.com/gpu.sharing-strategy", "nvidia.com/mps.capable"}
+    labels = {k: v for k, v in HEALTHY_PCI_LABELS.items() if k not in allocation}
+    apiserver.add_node(NODE, labels=labels)
+    code, report = doctor(host("healthy-pci"), "--kubeconfig", str(cluster), "--node", NODE)
+    got = layer7(report)
+    assert code == 1  # the allocatable GPUs below
+    assert got["Kubernetes: labels"]["status"] == "PASS", report
+    assert got["Kubernetes: labels"]["evidence"] == f"node {NODE}: 23 labels agree with what gfd sees now"
+    # This API server has no ResourceSlices: not a DRA node, so the allocatable GPUs are missing.
+    assert got["Kubernetes: dra"]["status"] == "SKIP"
+    assert got["Kubernetes: allocatable"]["status"] == "FAIL"
 
 
 def test_kubeconfig_from_the_environment_turns_layer_7_on(

@@ -1,7 +1,8 @@
 // Command bridge is built with -buildmode=c-shared into libnvidia-ml.so.1: the NVML C interface over the
 // machine that package machine builds from NVIDIA's go-nvml mock servers. It exports the calls that
 // NVIDIA's gpu-feature-discovery (through go-nvml/go-nvlib) and nvidia-ml-py make while labelling a node;
-// any other NVML symbol is absent, as in a driver too old to have it. Test-only.
+// any other NVML symbol is absent, as in a driver too old to have it. A GPU can be made to fail while the
+// library is in use (faults.go). Test-only.
 package main
 
 /*
@@ -279,6 +280,9 @@ func nvmlDeviceGetHandleByIndex_v2(index C.uint, dev *C.nvmlDevice_t) C.nvmlRetu
 	if dev == nil || int(index) >= len(state.machine.Devices) {
 		return invalidArgument
 	}
+	if code := faultOf(int(index)); code != success {
+		return code
+	}
 	*dev = C.nvmlDevice_t(handle(state.machine.Devices[index]))
 	return success
 }
@@ -303,6 +307,9 @@ func mig(h C.nvmlDevice_t) (*machine.Mig, bool) {
 
 //export nvmlDeviceGetName
 func nvmlDeviceGetName(h C.nvmlDevice_t, name *C.char, length C.uint) C.nvmlReturn_t {
+	if code := faulted(h); code != success {
+		return code
+	}
 	if d, ok := gpu(h); ok {
 		return putString(name, length, d.Config.Name)
 	}
@@ -323,6 +330,9 @@ func profileName(m *machine.Mig) string {
 
 //export nvmlDeviceGetUUID
 func nvmlDeviceGetUUID(h C.nvmlDevice_t, uuid *C.char, length C.uint) C.nvmlReturn_t {
+	if code := faulted(h); code != success {
+		return code
+	}
 	if d, ok := gpu(h); ok {
 		return putString(uuid, length, d.UUID)
 	}
@@ -364,6 +374,9 @@ func memoryBytes(h C.nvmlDevice_t) (uint64, bool) {
 
 //export nvmlDeviceGetMemoryInfo
 func nvmlDeviceGetMemoryInfo(h C.nvmlDevice_t, mem *C.nvmlMemory_t) C.nvmlReturn_t {
+	if code := faulted(h); code != success {
+		return code
+	}
 	total, ok := memoryBytes(h)
 	if !ok || mem == nil {
 		return invalidArgument
@@ -374,6 +387,9 @@ func nvmlDeviceGetMemoryInfo(h C.nvmlDevice_t, mem *C.nvmlMemory_t) C.nvmlReturn
 
 //export nvmlDeviceGetMemoryInfo_v2
 func nvmlDeviceGetMemoryInfo_v2(h C.nvmlDevice_t, mem *C.nvmlMemory_v2_t) C.nvmlReturn_t {
+	if code := faulted(h); code != success {
+		return code
+	}
 	total, ok := memoryBytes(h)
 	if !ok || mem == nil {
 		return invalidArgument
@@ -384,6 +400,9 @@ func nvmlDeviceGetMemoryInfo_v2(h C.nvmlDevice_t, mem *C.nvmlMemory_v2_t) C.nvml
 
 //export nvmlDeviceGetCudaComputeCapability
 func nvmlDeviceGetCudaComputeCapability(h C.nvmlDevice_t, major, minor *C.int) C.nvmlReturn_t {
+	if code := faulted(h); code != success {
+		return code
+	}
 	d, ok := gpu(h)
 	if !ok {
 		if m, isMig := mig(h); isMig {
@@ -420,6 +439,9 @@ func nvmlDeviceGetArchitecture(h C.nvmlDevice_t, arch *C.uint) C.nvmlReturn_t {
 }
 
 func pciInfo(h C.nvmlDevice_t, info *C.nvmlPciInfo_t) C.nvmlReturn_t {
+	if code := faulted(h); code != success {
+		return code
+	}
 	d, ok := gpu(h)
 	if !ok || info == nil {
 		return invalidArgument
@@ -472,6 +494,9 @@ func nvmlDeviceGetVirtualizationMode(h C.nvmlDevice_t, mode *C.int) C.nvmlReturn
 
 //export nvmlDeviceGetMigMode
 func nvmlDeviceGetMigMode(h C.nvmlDevice_t, current, pending *C.uint) C.nvmlReturn_t {
+	if code := faulted(h); code != success {
+		return code
+	}
 	d, ok := gpu(h)
 	if !ok || current == nil || pending == nil {
 		return invalidArgument

@@ -13,7 +13,8 @@
 //	MOCK_NVML_NUM_DEVICES keep only the first N GPUs of the machine
 //	MOCK_NVML_VISIBLE_DEVICES the GPUs a container was given (UUIDs or indices, comma-separated; "all"),
 //	                   as the container toolkit exposes them; the others are not enumerated
-//	MOCK_NVML_EVENTS   a file of injected Xid events, one "<gpu index> <xid>" line each (bridge/events.go)
+//	MOCK_NVML_EVENTS   a file of injected Xid events, one "<gpu index> <xid>" line each (bridge/events.go),
+//	                   and of GPU faults, "<gpu index> lost|unknown-error|answers" (bridge/faults.go)
 //	MOCK_NVML_VIRTUALIZATION_MODE none (default: bare metal), passthrough, vgpu (a vGPU guest), host-vgpu
 //	MOCK_NVML_FABRIC   the NVLink fabric: "<clusterUUID>.<cliqueId>" for every GPU, or a comma-separated
 //	                   list, one per GPU (the last one repeats); unset: no fabric (Not Supported)
