@@ -24,7 +24,7 @@ from gfd.backends import decoding
 from gfd.backends.bounded import BoundedReads, TimedOut
 from gfd.backends.errors import BackendError, NvmlFailed
 from gfd.backends.gpu_health import XidMarks, failure_line, reconcile
-from gfd.backends.host import PCI_DIR, PciGpu, scan_pci
+from gfd.backends.host import PCI_DIR, PciBus, PciGpu
 from gfd.backends.nvml_errors import (
     STACK_WIDE,
     TIMEOUT,
@@ -65,6 +65,7 @@ class NvmlBackend:
         self.reads = BoundedReads(gpu_timeout)
         self.xid_marks = XidMarks()  # kept across passes: a fatal Xid marks its GPU until it was reset
         self.bus_ids: dict[int, str] = {}  # each GPU's sysfs bus id as earlier passes read it
+        self.pci_bus = PciBus(self.host_root)
         self._watch: XidWatch | None = None
 
     def probe(self) -> Inventory:
@@ -221,7 +222,7 @@ class _Probe:
         """The NVIDIA GPUs on the PCI bus below the host root; None where sysfs is not there to read."""
         if not (self.backend.host_root / PCI_DIR).is_dir():
             return None
-        gpus, _ = scan_pci(self.backend.host_root)
+        gpus, _ = self.backend.pci_bus.scan()
         return gpus
 
     def device(self, i: int) -> Device:
