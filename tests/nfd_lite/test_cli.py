@@ -98,7 +98,9 @@ def test_oneshot_refused_reports_one_line_and_fails(
     [
         (["--bogus"], "unrecognized arguments"),
         ([], "--node-name"),
-        (["--node-name", "n", "--allow-prefix", "node-role.kubernetes.io"], "reserved for Kubernetes"),
+        (["--node-name", "n", "--allow-prefix", "node-role.kubernetes.io/"], "reserved for Kubernetes"),
+        (["--node-name", "n", "--allow-prefix", "example.com"], "not a DNS subdomain followed by '/'"),
+        (["--node-name", "n", "--allow-prefix", 'ex"ample.com/'], "not a DNS subdomain followed by '/'"),
         (["--node-name", "n", "--metrics-address", "nonsense"], "not host:port"),
         (["--node-name", "n", "--kubeconfig", "/nonexistent/kubeconfig"], "--kubeconfig"),
         (["--node-name", "n", "--debounce", "-1"], "negative"),

@@ -305,7 +305,7 @@ def test_bad_key_and_cap_flags_are_one_line_usage_errors(
 def test_allow_key_under_an_added_prefix_admits_it(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("example.com/rack=r12\nexample.com/other=1\n")
     code, out, _ = dry_run(
-        "--features-dir", tmp_path, "--allow-prefix", "example.com", "--allow-key", "example.com/rack"
+        "--features-dir", tmp_path, "--allow-prefix", "example.com/", "--allow-key", "example.com/rack"
     )
     assert code == 0
     assert out["labels"] == {"example.com/rack": "r12"}
