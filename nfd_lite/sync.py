@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from nfd_lite.apierrors import ApiError
@@ -19,9 +20,10 @@ from nfd_lite.inbox import Inbox
 from nfd_lite.metrics import WriterMetrics
 from nfd_lite.reconciler import NodeState, Plan, plan
 from nfd_lite.rejections import printable
-from nfd_lite.retry import Outage, RetryPolicy
+from nfd_lite.retry import Outage, RetryPolicy, Stopped
 from nfd_lite.selfcheck import check_policy
 from nfd_lite.settings import WriterSettings
+from nfd_lite.throttle import TokenBucket
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,17 @@ def plan_pass(
         allow_removal=allow_removal,
         may_own=settings.policy.may_own,
     )
+
+
+SHOWN_KEYS = 10  # keys a "patched node" line names; the rest are counted
+
+
+def _keys(keys: Iterable[str]) -> str:
+    """Label keys for a log line, in order: the first SHOWN_KEYS, then how many more."""
+    listed = sorted(keys)
+    shown = ", ".join(printable(k) for k in listed[:SHOWN_KEYS])
+    more = len(listed) - SHOWN_KEYS
+    return f"{len(listed)} ({shown}{f' and {more} more' if more > 0 else ''})" if listed else "0"
 
 
 class NodeSync:
@@ -65,6 +78,7 @@ class NodeSync:
         self._started = time.monotonic()
         self._conflicts: set[tuple[str, str]] = set()
         self._policy_checked = False
+        self.writes = TokenBucket(settings.write_rate, settings.write_burst)
 
     def once(self, attempts: int | None = None) -> None:
         """One pass, tried again under the retry policy until it completes, ``attempts`` are used up (the
@@ -73,22 +87,31 @@ class NodeSync:
 
     def _attempt(self) -> None:
         self._check_policy_when_due()
-        node = self._newest_node()
-        result = plan_pass(self.features, node, self.settings, allow_removal=self._allow_removal())
+        result = self._plan()
+        if result.patch is not None and (delay := self.writes.delay()) > 0:
+            if self.retry.stop.wait(delay):  # over the write rate: wait, then plan against what is newest
+                raise Stopped
+            result = self._plan()
         self._report(result)
         if result.patch is not None:
+            self.writes.take()
             self._learn(self._send(result.patch))
             self.metrics.writes.inc()
+            # Keys only: a value comes from whoever writes the feature files.
             log.info(
                 "patched node %s: set %s, removed %s",
                 self.settings.node_name,
-                result.set_labels or "{}",
-                result.removed or "[]",
+                _keys(result.set_labels),
+                _keys(result.removed),
             )
         self.metrics.owned.set(len(result.owned))
         self.metrics.last_sync.set(time.time())
         self.metrics.syncs.inc()
         self.synced = True
+
+    def _plan(self) -> Plan:
+        node = self._newest_node()
+        return plan_pass(self.features, node, self.settings, allow_removal=self._allow_removal())
 
     def _check_policy_when_due(self) -> None:
         if self.outage.take_long_one():

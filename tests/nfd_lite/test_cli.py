@@ -104,6 +104,8 @@ def test_oneshot_refused_reports_one_line_and_fails(
         (["--node-name", "n", "--metrics-address", "nonsense"], "not host:port"),
         (["--node-name", "n", "--kubeconfig", "/nonexistent/kubeconfig"], "--kubeconfig"),
         (["--node-name", "n", "--debounce", "-1"], "negative"),
+        (["--node-name", "n", "--write-rate", "0"], "not above 0"),
+        (["--node-name", "n", "--write-burst", "0"], "less than 1"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
@@ -241,6 +243,8 @@ def test_help_shows_the_defaults() -> None:
         f"seconds to coalesce a burst of events (default: {settings.debounce})",
         f"seconds before removing owned labels (default: {settings.startup_grace})",
         f"seconds one Node watch request lasts (default: {settings.watch_timeout})",
+        f"after a burst of --write-burst (default: {settings.write_rate})",
+        f"before --write-rate applies (default: {settings.write_burst})",
         "(default: :8081)",
         "(default: info)",
         "2 bad flags or configuration",
@@ -258,6 +262,7 @@ def test_flags_default_to_what_a_writer_is_given_by_default() -> None:
         settings.startup_grace,
         settings.watch_timeout,
     )
+    assert (args.write_rate, args.write_burst) == (settings.write_rate, settings.write_burst)
     assert (args.max_files, args.max_dir_bytes, args.max_labels) == (
         limits.max_files,
         limits.max_bytes,
