@@ -268,9 +268,21 @@ def _run(args: argparse.Namespace, policy: Policy, dirs: list[Path]) -> int:
     api = _api(args)
     try:
         if args.command == "prune":
-            removed = prune(api, policy)
-            print(f"removed {len(removed)} owned labels and the ownership annotation from {args.node_name}")
-            return 0
+            pruned = prune(api, policy)
+            if not pruned.refused:
+                print(
+                    f"removed {len(pruned.removed)} owned labels and the ownership annotation from "
+                    f"{args.node_name}"
+                )
+                return 0
+            print(f"removed {len(pruned.removed)} owned labels from {args.node_name}")
+            reasons = sorted(set(pruned.refused.values()))
+            print(
+                f"nfd-lite: error: the admission policy refused removing {', '.join(pruned.refused)}; they "
+                f"stay, recorded as owned ({'; '.join(reasons)})",
+                file=sys.stderr,
+            )
+            return 1
         settings = WriterSettings(
             node_name=args.node_name, directories=dirs, policy=policy, overwrite=args.overwrite,
             poll=args.poll, resync_interval=max(args.resync_interval, 1.0), debounce=args.debounce,

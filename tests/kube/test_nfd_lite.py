@@ -117,6 +117,94 @@ def test_prune_removes_only_what_it_owns(
     assert {k: labels[k] for k in THEIRS} == THEIRS
 
 
+# ---- a refusal naming some labels holds just those back ----
+
+WIDER = ["--allow-prefix", "nvidia.com/", "--allow-prefix", "example.com/", "--allow-key", "example.com/*"]
+
+
+def test_labels_the_policy_refuses_do_not_freeze_the_others(
+    kube: ControlPlane, new_node: Callable[..., str], tmp_path: Path
+) -> None:
+    """The writer allows example.com/, the policy (rbac/ as shipped) does not: the policy refuses the patch
+    naming example.com/rack, and the writer still sets and updates its other labels."""
+    node = new_node()
+    with PodWriter(kube, tmp_path, node, *WIDER) as w:
+        w.write("nvidia.com/gpu.count=2\nexample.com/rack=r1\n")
+        assert eventually(lambda: ours(kube, node) == {"nvidia.com/gpu.count": "2"}), w.output()
+        assert owned(kube, node) == "nvidia.com/gpu.count"
+        w.write("nvidia.com/gpu.count=4\nexample.com/rack=r1\n")
+        assert eventually(lambda: ours(kube, node) == {"nvidia.com/gpu.count": "4"}), w.output()
+        assert "example.com/rack" not in kube.labels(node)
+    said = [line for line in w.output().splitlines() if "the admission policy refused" in line]
+    assert len(said) == 1 and "refused 1 (example.com/rack)" in said[0], w.output()
+
+
+LOCKED = "nvidia.com/gpu.locked"
+SITE_POLICY = {
+    "apiVersion": "admissionregistration.k8s.io/v1",
+    "kind": "ValidatingAdmissionPolicy",
+    "metadata": {"name": "site-locked-label"},
+    "spec": {
+        "failurePolicy": "Fail",
+        "matchConstraints": {
+            "resourceRules": [
+                {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["nodes"]}
+            ]
+        },
+        "matchConditions": [
+            {"name": "writer", "expression": f"request.userInfo.username == '{WRITER_USER}'"}
+        ],
+        "validations": [
+            {
+                "expression": f"!('{LOCKED}' in oldObject.metadata.?labels.orValue({{}}))"
+                f" || '{LOCKED}' in object.metadata.?labels.orValue({{}})",
+                "message": f"{LOCKED} is locked by the site and may not be removed",
+                "reason": "Forbidden",
+            }
+        ],
+    },
+}
+SITE_BINDING = {
+    "apiVersion": "admissionregistration.k8s.io/v1",
+    "kind": "ValidatingAdmissionPolicyBinding",
+    "metadata": {"name": "site-locked-label"},
+    "spec": {"policyName": "site-locked-label", "validationActions": ["Deny"]},
+}
+
+
+def test_prune_removes_what_it_may_and_names_what_a_policy_keeps(
+    kube: ControlPlane, new_node: Callable[..., str], tmp_path: Path
+) -> None:
+    """A site's own policy keeps one label the writer owns: prune removes the rest, says which label stayed
+    and why, exits 1, and the label stays recorded as owned."""
+    node = new_node(dict(THEIRS))
+    with PodWriter(kube, tmp_path, node) as w:
+        w.write(f"nvidia.com/gpu.count=2\n{LOCKED}=1\n")
+        assert eventually(lambda: len(ours(kube, node)) == 2), w.output()
+    token = kube.pod_token(node)
+    _apply(kube, SITE_POLICY, SITE_BINDING)
+    try:
+        removal = {
+            "metadata": {"labels": {LOCKED: None}, "annotations": {OWNED_ANNOTATION: "nvidia.com/gpu.count"}}
+        }
+        _until(
+            lambda: "is locked by the site" in _dry_run(kube, node, removal, token).message, "lock the label"
+        )
+        command, env = in_pod(kube, tmp_path, node, ["prune"])
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    finally:
+        kube.request("DELETE", f"{BINDINGS}/site-locked-label")
+        kube.request("DELETE", f"{POLICIES}/site-locked-label")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "removed 1 owned labels" in result.stdout
+    (error,) = result.stderr.strip().splitlines()
+    assert f"refused removing {LOCKED}" in error and "is locked by the site" in error
+    assert ours(kube, node) == {LOCKED: "1"}
+    assert owned(kube, node) == LOCKED
+    labels = kube.labels(node)
+    assert {k: labels[k] for k in THEIRS} == THEIRS
+
+
 @pytest.fixture(scope="module")
 def restartable(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     """A control plane of this module's own, so restarting its API server disturbs no other test."""

@@ -195,3 +195,33 @@ def test_a_401_makes_it_reread_the_token_file(cluster: FakeApiServer, tmp_path: 
     service.oneshot()
     assert ours(cluster) == WANT
     assert owned(cluster) == "nvidia.com/gpu.count"
+
+
+REFUSED = "nvidia.com/gpu.refused"
+DENIED = (
+    f"nodes \"{NODE}\" is forbidden: ValidatingAdmissionPolicy 'gpu-labeller-nfd-lite' with binding "
+    "'gpu-labeller-nfd-lite' denied request: nfd-lite may only change labels under nvidia.com/, "
+    f"not: {REFUSED}"
+)
+
+
+def test_labels_the_policy_refuses_are_held_back_and_the_rest_written(
+    cluster: FakeApiServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A refusal naming one label of a change holds just that label back: the rest is written in the same
+    pass, the refusal is said once, and the label is tried again after the slow-retry interval."""
+    with caplog.at_level(logging.INFO, "nfd_lite"), Writer(cluster, tmp_path, slow_retry=1.0) as w:
+        running(w, cluster)
+        fault = cluster.inject(method="PATCH", path=PATCH_PATH, status=403, message=DENIED, count=1)
+        w.write(f"nvidia.com/gpu.count=2\n{REFUSED}=1\n")
+        assert eventually(lambda: ours(cluster) == WANT)
+        assert fault.hits == 1 and REFUSED not in (owned(cluster) or "")
+        assert w.metric("nfd_lite_refused_labels") == 1
+        w.write(f"nvidia.com/gpu.count=4\n{REFUSED}=1\n")  # not frozen: later changes go through
+        assert eventually(lambda: ours(cluster).get("nvidia.com/gpu.count") == "4")
+        # The fault is spent: tried again after the interval, the label is admitted.
+        assert eventually(lambda: ours(cluster).get(REFUSED) == "1", timeout=10)
+        assert eventually(lambda: w.metric("nfd_lite_refused_labels") == 0)
+    said = [r.getMessage() for r in caplog.records if "admission policy refused" in r.getMessage()]
+    assert len(said) == 1 and f"refused 1 ({REFUSED})" in said[0], said
+    assert any("admits every label" in r.getMessage() for r in caplog.records)
