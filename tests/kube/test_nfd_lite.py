@@ -68,6 +68,23 @@ def test_labels_appear_change_expire_and_go(
     assert {k: labels[k] for k in THEIRS} == THEIRS
 
 
+# With --resync-interval 3600 only the watch can repair drift within a test, so a lost event fails the test
+# whatever this deadline; it covers the writer's longest legitimate wait on a loaded machine (a watch
+# re-established after failures waits up to its 30 s back-off), which the default 20 s did not.
+WATCH_REPAIR = 60.0
+
+
+def _writer_trail(kube: ControlPlane, node: str, w: PodWriter) -> str:
+    """The writer's log and its requests of this Node as the server saw them: on a failure, whether its
+    watch was open and what its patches were answered."""
+    lines = [
+        f"{e['stageTimestamp']} {e['verb']} {e['requestURI']} -> {e.get('responseStatus', {}).get('code')}"
+        for e in kube.requests(WRITER_USER)
+        if f"/nodes/{node}" in e["requestURI"] or f"metadata.name%3D{node}" in e["requestURI"]
+    ]
+    return w.output() + "\n" + "\n".join(lines)
+
+
 def test_drift_is_repaired_through_the_watch(
     kube: ControlPlane, new_node: Callable[..., str], tmp_path: Path
 ) -> None:
@@ -76,9 +93,11 @@ def test_drift_is_repaired_through_the_watch(
         w.write("nvidia.com/gpu.count=2\n")
         assert eventually(lambda: ours(kube, node) == {"nvidia.com/gpu.count": "2"}), w.output()
         kube.patch_node(node, {"metadata": {"labels": {"nvidia.com/gpu.count": "7"}}})
-        assert eventually(lambda: ours(kube, node) == {"nvidia.com/gpu.count": "2"}), w.output()
+        repaired = eventually(lambda: ours(kube, node) == {"nvidia.com/gpu.count": "2"}, timeout=WATCH_REPAIR)
+        assert repaired, _writer_trail(kube, node, w)
         kube.patch_node(node, {"metadata": {"labels": {"nvidia.com/gpu.count": None}}})
-        assert eventually(lambda: ours(kube, node) == {"nvidia.com/gpu.count": "2"}), w.output()
+        repaired = eventually(lambda: ours(kube, node) == {"nvidia.com/gpu.count": "2"}, timeout=WATCH_REPAIR)
+        assert repaired, _writer_trail(kube, node, w)
 
 
 def test_a_restart_does_not_flap_labels(

@@ -129,6 +129,28 @@ def test_an_expired_watch_410_relists(cluster: FakeApiServer, tmp_path: Path) ->
         assert eventually(lambda: ours(cluster) == WANT)
 
 
+@pytest.mark.parametrize("expired", [False, True], ids=["resumed", "relisted"])
+def test_drift_while_the_watch_is_down_is_repaired_when_it_is_back(
+    cluster: FakeApiServer, tmp_path: Path, expired: bool
+) -> None:
+    """An administrator's edit that lands between a watch ending and the next one starting is not lost:
+    the next watch resumes from the last resourceVersion seen (and is sent the edit), or, when that version
+    has expired (410), the Node is listed again with the edit in it. There is no resync to fall back on."""
+    with Writer(cluster, tmp_path, resync_interval=3600) as w:
+        w.write("nvidia.com/gpu.count=2\n")
+        assert eventually(lambda: ours(cluster) == WANT)
+        running(w, cluster)
+        # The next watch starts late (and, if expired, is answered 410 Gone).
+        cluster.inject(method="GET", watch=True, delay=1.0, gone=expired, count=1)
+        cluster.drop_watches()
+        assert eventually(lambda: cluster.open_watches == 0)
+        cluster.set_node_labels(NODE, {"nvidia.com/gpu.count": None})  # while no watch is open
+        assert eventually(lambda: ours(cluster) == WANT)
+        assert w.metric("nfd_lite_writes_total") == 2
+        lists = [r for r in cluster.requests if r.path == "/api/v1/nodes" and "watch" not in r.query]
+        assert len([r for r in lists if "!=" not in r.query.get("fieldSelector", "")]) == 1 + expired
+
+
 def test_watch_errors_are_retried(cluster: FakeApiServer, tmp_path: Path) -> None:
     cluster.inject(method="GET", path="/api/v1/nodes", status=500, count=2)
     with Writer(cluster, tmp_path) as w:
