@@ -8,6 +8,7 @@ import copy
 import json
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -284,6 +285,55 @@ def test_the_writer_works_on_the_oldest_supported_kubernetes(tmp_path: Path) -> 
             assert writer.process.wait(60) == 0, writer.output()
         assert ours(kube, node) == {"nvidia.com/gpu.count": "2"}
         assert kube.get_node(node)["metadata"]["annotations"][OWNED_ANNOTATION] == "nvidia.com/gpu.count"
+
+
+def test_on_1_30_the_policy_changes_safely_while_the_writers_are_paused(tmp_path: Path) -> None:
+    """kube-apiserver 1.30 shares one CEL type of every policy's variables between compiling a changed
+    policy and evaluating it (kubernetes/kubernetes#135757; 1.37 compiles each policy on its own): a policy
+    change while the writer's patches are evaluated can crash the server (concurrent map read and map
+    write). The documented procedure pauses the writers first. Other clients' Node updates only meet the
+    policy's matchConditions, not its variables: the server survives repeated changes under them, and the
+    writer resumed afterwards syncs against the changed policy."""
+    with ControlPlane(tmp_path / "oldest", OLDEST_BINARIES) as kube:
+        apply_rbac(kube)
+        node = "gpu-paused"
+        kube.create_node(node)
+        policy = _shipped_policy()
+        stop = threading.Event()
+
+        def kubelet_like() -> None:  # node status updates go on during the change
+            while not stop.is_set():
+                patch = {"metadata": {"labels": {"example.com/heartbeat": str(time.monotonic_ns())}}}
+                kube.request(
+                    "PATCH",
+                    f"/api/v1/nodes/{node}/status?dryRun=All",
+                    patch,
+                    content_type="application/merge-patch+json",
+                )
+
+        others = [threading.Thread(target=kubelet_like, daemon=True) for _ in range(2)]
+        for thread in others:
+            thread.start()
+        try:
+            for n in range(40):  # on 1.30.14 two writers patching crashed it within 17 such changes
+                changed = copy.deepcopy(policy)
+                changed["spec"]["validations"][0]["message"] += f" (change {n})"
+                _apply(kube, changed)
+                assert kube.apiserver.poll() is None, "kube-apiserver exited"
+                time.sleep(0.2)
+        finally:
+            stop.set()
+            for thread in others:
+                thread.join(10)
+        log = (kube.logs / "kube-apiserver.log").read_text(errors="replace")
+        assert kube.apiserver.poll() is None and "concurrent map" not in log
+        apply_rbac(kube)  # the shipped policy again, enforced, before the writer resumes
+        writer = PodWriter(kube, tmp_path, node, "--oneshot")
+        writer.write("nvidia.com/gpu.count=2\n")
+        with writer:
+            assert writer.process is not None
+            assert writer.process.wait(60) == 0, writer.output()
+        assert ours(kube, node) == {"nvidia.com/gpu.count": "2"}
 
 
 # ---- the start-up self-check against policies that do not (or not all) fence the writer ----
