@@ -293,7 +293,13 @@ def _run(args: argparse.Namespace, policy: Policy, dirs: list[Path]) -> int:
         )  # fmt: skip
         service = Service(settings, api)
         if args.oneshot:
-            service.oneshot()
+            if refused := service.oneshot():
+                print(
+                    f"nfd-lite: error: the admission policy refused {', '.join(sorted(refused))}; the other "
+                    "labels were written",
+                    file=sys.stderr,
+                )
+                return 1
             return 0
 
         def _stop(signum: int, _frame: FrameType | None) -> None:

@@ -82,6 +82,34 @@ def test_oneshot_then_prune(
     assert apiserver.count("PATCH") == 2
 
 
+def test_oneshot_writes_what_the_policy_admits_and_fails_naming_what_it_refused(
+    setup: tuple[FakeApiServer, Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    apiserver, kubeconfig, features = setup
+    denied = (
+        "ValidatingAdmissionPolicy 'gpu-labeller-nfd-lite' with binding 'gpu-labeller-nfd-lite' denied "
+        "request: nfd-lite may only change labels under nvidia.com/, "
+        "not: feature.node.kubernetes.io/gpu.present"
+    )
+    apiserver.inject(method="PATCH", status=403, message=denied, count=1)
+    argv = [
+        "--oneshot",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--node-name",
+        NODE,
+        "--features-dir",
+        str(features),
+    ]
+    assert main([*argv, NO_POLICY]) == 1
+    assert ours(apiserver) == {"nvidia.com/gpu.count": "2"}
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (
+        "nfd-lite: error: the admission policy refused feature.node.kubernetes.io/gpu.present; the other "
+        "labels were written"
+    )
+
+
 def test_oneshot_refused_reports_one_line_and_fails(
     setup: tuple[FakeApiServer, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
