@@ -5,7 +5,9 @@
 The writer runs as its own process against the in-process fake API server over loopback HTTP. Each
 change writes a temp file and renames it over ``gfd`` (what gfd does); the clock starts just before the
 rename and stops when the fake server's store holds the new value (woken by the store's own condition,
-no polling). Targets: p50 <= 10 ms, p99 <= 50 ms.
+no polling). Targets: p50 <= 10 ms, p99 <= 50 ms. Changes come every 20 ms or so, far faster than the
+writer's default write rate (a burst of 10, then 1 a second) lets them out, so the rate is lifted here:
+this measures the path from a file to the label, not the token bucket.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=200)
     parser.add_argument("--debounce", default="0.002")
     args = parser.parse_args()
-    bench = Bench("--debounce", args.debounce)
+    bench = Bench("--debounce", args.debounce, "--write-rate", "1000", "--write-burst", "1000")
     try:
         bench.write("nvidia.com/gpu.machine=warmup\n")
         assert bench.wait_label("nvidia.com/gpu.machine", "warmup", 30), "writer did not start"

@@ -67,9 +67,11 @@ class PrometheusMetrics(Metrics):
         self.failures.labels(layer=layer, error=error).inc()
 
     def serve(self, host: str, port: int) -> None:
-        from prometheus_client import start_http_server
+        from prometheus_client import make_wsgi_app
 
-        start_http_server(port, addr=host, registry=self.registry)
+        from hostport.serving import serve_wsgi  # within a connection cap, each connection timing out
+
+        serve_wsgi(host, port, make_wsgi_app(self.registry))
 
 
 def start_metrics(address: tuple[str, int] | None) -> Metrics:

@@ -82,6 +82,13 @@ def _positive(text: str) -> float:
     return value
 
 
+def _rate(text: str) -> float:
+    value = _positive(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not above 0")
+    return value
+
+
 def _count(text: str) -> int:
     try:
         value = int(text)
@@ -162,6 +169,18 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive,
         default=WriterSettings.debounce,
         help="seconds to coalesce a burst of events",
+    )
+    p.add_argument(
+        "--write-rate",
+        type=_rate,
+        default=WriterSettings.write_rate,
+        help="PATCHes per second on average, after a burst of --write-burst",
+    )
+    p.add_argument(
+        "--write-burst",
+        type=_count,
+        default=WriterSettings.write_burst,
+        help="PATCHes sent at once before --write-rate applies",
     )
     p.add_argument(
         "--startup-grace",
@@ -265,19 +284,38 @@ def _run(args: argparse.Namespace, policy: Policy, dirs: list[Path]) -> int:
     api = _api(args)
     try:
         if args.command == "prune":
-            removed = prune(api, policy)
-            print(f"removed {len(removed)} owned labels and the ownership annotation from {args.node_name}")
-            return 0
+            pruned = prune(api, policy)
+            if not pruned.refused:
+                print(
+                    f"removed {len(pruned.removed)} owned labels and the ownership annotation from "
+                    f"{args.node_name}"
+                )
+                return 0
+            print(f"removed {len(pruned.removed)} owned labels from {args.node_name}")
+            reasons = sorted(set(pruned.refused.values()))
+            print(
+                f"nfd-lite: error: the admission policy refused removing {', '.join(pruned.refused)}; they "
+                f"stay, recorded as owned ({'; '.join(reasons)})",
+                file=sys.stderr,
+            )
+            return 1
         settings = WriterSettings(
             node_name=args.node_name, directories=dirs, policy=policy, overwrite=args.overwrite,
             poll=args.poll, resync_interval=max(args.resync_interval, 1.0), debounce=args.debounce,
+            write_rate=args.write_rate, write_burst=args.write_burst,
             startup_grace=args.startup_grace, watch_timeout=max(args.watch_timeout, 1),
             metrics_address=args.metrics_address or None, limits=_limits(args),
             require_admission_policy=not args.allow_without_admission_policy,
         )  # fmt: skip
         service = Service(settings, api)
         if args.oneshot:
-            service.oneshot()
+            if refused := service.oneshot():
+                print(
+                    f"nfd-lite: error: the admission policy refused {', '.join(sorted(refused))}; the other "
+                    "labels were written",
+                    file=sys.stderr,
+                )
+                return 1
             return 0
 
         def _stop(signum: int, _frame: FrameType | None) -> None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 from nfd_lite.labelline import Expired, FileResult, LabelLine
-from nfd_lite.limits import Limits
+from nfd_lite.limits import Limits, ScanBudget
 from nfd_lite.merge import Override, merge
 from nfd_lite.policy import Policy
 from nfd_lite.rejections import TOO_MANY_REJECTIONS, Rejection, printable
@@ -53,21 +54,20 @@ def cap_labels(
     return kept, [], {}
 
 
-def bounded(rejected: list[Rejection], limit: int) -> list[Rejection]:
-    """The first ``limit`` rejections, plus the per-file summaries, plus one line counting the rest."""
-    kept: list[Rejection] = []
-    listed = left = 0
-    for rejection in rejected:
-        if rejection.reason == TOO_MANY_REJECTIONS:
-            kept.append(rejection)
-        elif listed < limit:
-            kept.append(rejection)
-            listed += 1
-        else:
-            left += 1
+def bounded(rejected: list[Rejection], limit: int, unlisted: int = 0) -> list[Rejection]:
+    """The first ``limit`` rejections, plus one line counting the rest and the ``unlisted`` ones a scan's
+    budget only counted: one cap over all files and directories."""
+    left = max(0, len(rejected) - limit) + unlisted
+    kept = rejected[:limit]
     if left:
         kept.append(Rejection("-", 0, "", TOO_MANY_REJECTIONS, f"{left} more rejections not listed"))
     return kept
+
+
+def _live(previous: FileResult, now: datetime, rejected: list[Rejection]) -> FileResult:
+    """A file's last good content as it counts ``now``: without the lines expired since."""
+    live = {k: ln for k, ln in previous.label_lines.items() if ln.expires is None or ln.expires > now}
+    return replace(previous, label_lines=live, rejected=rejected)
 
 
 class FeatureState:
@@ -97,31 +97,42 @@ class FeatureState:
         self._last_good: dict[str, FileResult] = {}
 
     def rescan(self, now: datetime) -> None:
-        found = scan(self.directories, now, self.limits)
+        budget = ScanBudget.of(self.limits)
+        found = scan(self.directories, now, self.limits, budget)
         used: list[FileResult] = []
         kept: list[Rejection] = []
+        last_good: dict[str, FileResult] = {}
+        by_directory: dict[str, list[FileResult]] = {}
         for result in found.results:
-            if result.ok:
-                self._last_good[result.path] = result
-                used.append(result)
+            by_directory.setdefault(os.path.dirname(result.path), []).append(result)
+        for directory in dict.fromkeys(self.directories):
+            failure = found.failed.get(directory)
+            if failure is not None:  # unreadable: what it held is unknown, so its last good content stays
+                held = sorted(p for p in self._last_good if os.path.dirname(p) == str(directory))
+                kept += [failure] if held else []
+                for path in held:
+                    last_good[path] = self._last_good[path]
+                    used.append(_live(last_good[path], now, []))
                 continue
-            previous = self._last_good.get(result.path)
-            if previous is not None:
-                kept.append(result.rejected[0])
-                live = {
-                    k: ln for k, ln in previous.label_lines.items() if ln.expires is None or ln.expires > now
-                }
-                used.append(replace(previous, label_lines=live, rejected=result.rejected))
-            else:
-                used.append(result)
-        present = {result.path for result in found.results}
-        self._last_good = {path: good for path, good in self._last_good.items() if path in present}
+            for result in by_directory.get(str(directory), []):
+                previous = self._last_good.get(result.path)
+                if result.ok:
+                    # Kept without its rejections: each scan lists its own, within its own budget.
+                    last_good[result.path] = replace(result, rejected=[], expired=[])
+                    used.append(result)
+                elif previous is not None:
+                    kept.append(result.rejected[0])
+                    last_good[result.path] = previous
+                    used.append(_live(previous, now, result.rejected))
+                else:
+                    used.append(result)
+        self._last_good = last_good
         merged = merge(used)
         allowed, denied = self.policy.filter(merged.label_lines)
         self.label_lines, over, capped = cap_labels(allowed, self.limits)
         rejected = sorted(found.rejected + merged.rejected + denied + over, key=lambda r: (r.file, r.line))
-        self.rejected = bounded(rejected, self.limits.max_rejections)
         limit = self.limits.max_rejections
+        self.rejected = bounded(rejected, limit, budget.rejections.over)
         self.overrides = merged.overrides[:limit]
         self.expired = [e for result in used for e in result.expired][:limit]
         self.kept = kept[:limit]

@@ -1,15 +1,17 @@
-"""/healthz, /readyz and /metrics on one small HTTP server thread."""
+"""/healthz, /readyz and /metrics on one small HTTP server thread, within ``hostport.serving``'s
+connection cap and timeouts."""
 
 from __future__ import annotations
 
 import logging
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from hostport import parse_address
+from hostport.serving import BoundedThreadingMixIn, address_family
 from nfd_lite.metrics import WriterMetrics
 
 log = logging.getLogger(__name__)
@@ -43,8 +45,12 @@ class HealthServer:
             def log_message(self, format: str, *args: object) -> None:
                 log.debug("health: " + format, *args)
 
-        self.server = ThreadingHTTPServer((host, port), Handler)
-        self.server.daemon_threads = True
+        family, bind = address_family(host, port)
+
+        class Server(BoundedThreadingMixIn, HTTPServer):
+            address_family = family
+
+        self.server = Server((bind, port), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, name="nfd-lite-health", daemon=True)
 
     def start(self) -> None:

@@ -11,8 +11,8 @@ from datetime import datetime
 
 import featurefile
 import k8slabels
-from nfd_lite.limits import Limits
-from nfd_lite.rejections import TOO_MANY_REJECTIONS, Rejection, printable
+from nfd_lite.limits import Limits, ScanBudget
+from nfd_lite.rejections import Rejection, printable, show_invalid_key
 
 # Reason codes (also the values of the rejected-lines metric's "reason" label).
 UNTERMINATED = "unterminated-line"
@@ -70,20 +70,20 @@ def parse_text(
     text: str,
     path: str,
     now: datetime,
-    max_rejections: int = Limits.max_rejections,
+    budget: ScanBudget | None = None,
     shown: str | None = None,
 ) -> FileResult:
     """Parse one file's text (``path``: the raw path, ``shown``: it escaped). Keys and values are checked
-    by the Kubernetes label rules here; the key policy is applied later, on the merged result."""
+    by the Kubernetes label rules here; the key policy is applied later, on the merged result. Rejected and
+    expired lines are listed while ``budget`` (the scan's, shared by all its files) lasts, and only counted
+    after that."""
     shown = shown if shown is not None else printable(path)
+    budget = budget or ScanBudget.of(Limits())
     result = FileResult(path, size=len(text))
-    over: list[int] = []  # line numbers of rejections not listed
 
     def reject(number: int, key: str, reason: str, detail: str) -> None:
-        if len(result.rejected) < max_rejections:
-            result.rejected.append(Rejection(shown, number, printable(key), reason, detail))
-        else:
-            over.append(number)
+        if budget.rejections.take():
+            result.rejected.append(Rejection(shown, number, key, reason, detail))
 
     expires: datetime | None = None
     skip_label = False
@@ -108,7 +108,7 @@ def parse_text(
             continue
         key, value = parsed.key, parsed.value
         if expires is not None and expires <= now:
-            if len(result.expired) < max_rejections:
+            if budget.expired.take():
                 result.expired.append(Expired(shown, number, printable(key)))
             continue  # as upstream: an expired line does not consume a pending +no-label
         skip, skip_label = skip_label, False  # the directive covers this one line only
@@ -116,13 +116,11 @@ def parse_text(
             result.label_lines.pop(key, None)
             continue
         if problem := _key_problem(key):
-            reject(number, key, INVALID_KEY, problem)
+            # A line without "=" is a key as a whole (as upstream), so an invalid one may hold anything.
+            reject(number, show_invalid_key(key), INVALID_KEY, problem)
             continue
         if problem := k8slabels.value_problem(value):
-            reject(number, key, INVALID_VALUE, problem)  # the value itself is never shown
+            reject(number, printable(key), INVALID_VALUE, problem)  # the value itself is never shown
             continue
         result.label_lines[key] = LabelLine(key, value, shown, number, expires)
-    if over:
-        detail = f"{len(over)} more rejected lines in this file, from this line on"
-        result.rejected.append(Rejection(shown, min(over), "", TOO_MANY_REJECTIONS, detail))
     return result

@@ -1,6 +1,7 @@
 """The main loop's schedule: a sync pass after a burst of file events (debounced) or a Node change, a
-safety rescan every resync interval, a rescan when a label's +expiry-time passes, and a check of the
-directories' identity every second (inotify misses a directory replaced under it)."""
+safety rescan every resync interval, a rescan when a label's +expiry-time passes, a pass when labels the
+admission policy refused are due to be tried again, and a check of the directories' identity every second
+(inotify misses a directory replaced under it)."""
 
 from __future__ import annotations
 
@@ -40,11 +41,13 @@ class MainLoop:
         next_check = time.monotonic() + DIRECTORY_CHECK
         while not self.stop.is_set():
             expiry = self.features.next_expiry()
-            until = min(next_resync, next_check)
+            retry_at = self.sync.next_retry()  # labels the admission policy refused, tried again
+            until = min(next_resync, next_check, retry_at if retry_at is not None else next_resync)
             if expiry is not None:
                 until = min(until, time.monotonic() + (expiry - now_utc()).total_seconds())
             files_due, node_due = self.inbox.wait(until)
             now = time.monotonic()
+            node_due = node_due or (retry_at is not None and now >= retry_at)
             if self.stop.is_set():
                 break
             if now >= next_check:

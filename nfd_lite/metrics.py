@@ -42,6 +42,11 @@ class WriterMetrics:
             "Unix time the Node was last known to match the feature files",
             registry=self.registry,
         )
+        self.refused = Gauge(
+            "nfd_lite_refused_labels",
+            "Labels the admission policy refused, held back and tried again slowly",
+            registry=self.registry,
+        )
         self.owned = Gauge(
             "nfd_lite_owned_labels", "Labels this writer owns on its Node", registry=self.registry
         )

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
+import k8slabels
 from nfd_lite.labelline import LabelLine
 from nfd_lite.rejections import Rejection, printable
 
@@ -71,8 +72,20 @@ CONTROL_LABELS = KeyList(
     ),
 )
 
+# The names upstream NFD's built-in sources publish under feature.node.kubernetes.io/ (nfd-worker names
+# each "<source>-<feature>", v0.19 pkg/nfd-worker GetFeatureLabels; its local and custom sources add no
+# prefix). Other components read them as measured hardware facts: the GPU Operator deploys its driver
+# where pci-10de.present is "true" and picks the driver image by system-os_release.ID and VERSION_ID.
+# A feature file is not such a measurement, so only an --allow-key pattern that itself names one of
+# these prefixes admits them; the default "feature.node.kubernetes.io/*" does not.
+NFD_SOURCE_PREFIXES = tuple(
+    f"feature.node.kubernetes.io/{source}-"
+    for source in ("cpu", "kernel", "memory", "network", "pci", "storage", "system", "usb")
+)
+
 RESERVED = "reserved-namespace"
 CONTROL = "control-label"
+NFD_SOURCE = "nfd-source-label"
 NOT_ALLOWED = "not-allowed"
 KEY_NOT_ALLOWED = "key-not-allowed"
 
@@ -96,12 +109,15 @@ def normalize_prefix(prefix: str) -> str:
 
 
 def allow_prefix_problem(prefix: str) -> str | None:
-    """Why an --allow-prefix value cannot be used, or None. Unlike ``k8slabels.prefix_problem`` (is it a
-    valid label prefix at all?), this asks whether nfd-lite may be allowed to write under it."""
-    prefix = normalize_prefix(prefix)
-    namespace = prefix.split("/", 1)[0]
-    if not namespace:
-        return f"allow-prefix {prefix!r} has no namespace"
+    """Why an --allow-prefix value cannot be used, or None: it must be a label prefix (a DNS subdomain)
+    followed by "/", as the chart's schema requires of allowPrefixes, and one nfd-lite may be allowed to
+    write under (not reserved for Kubernetes)."""
+    namespace, slash, rest = prefix.partition("/")
+    if not slash or rest or k8slabels.prefix_problem(namespace):
+        return (
+            f"allow-prefix {printable(prefix)!r} is not a DNS subdomain followed by '/' "
+            "(such as example.com/)"
+        )
     if reserved(namespace):
         return f"allow-prefix {prefix!r} is reserved for Kubernetes and cannot be allowed"
     return None
@@ -134,6 +150,15 @@ class Policy:
             return RESERVED, "namespace is reserved for Kubernetes"
         if key in CONTROL_LABELS:
             return CONTROL, "a GPU Operator or device-plugin control label; no flag admits it"
+        if key.startswith(NFD_SOURCE_PREFIXES) and not any(
+            fnmatchcase(key, pattern)
+            for pattern in self.allow_keys
+            if pattern.startswith(NFD_SOURCE_PREFIXES)
+        ):
+            return NFD_SOURCE, (
+                "a label upstream NFD's own sources publish as a hardware fact; admitted only by an "
+                "--allow-key pattern naming its source"
+            )
         if not key.startswith(self.allow_prefixes):
             return NOT_ALLOWED, f"key is outside the allowed prefixes {', '.join(self.allow_prefixes)}"
         if not any(fnmatchcase(key, pattern) for pattern in self.allow_keys):

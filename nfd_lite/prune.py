@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, field
+
 from nfd_lite.apierrors import AccessDenied, NotFound
 from nfd_lite.client import NodeApi
+from nfd_lite.held import HeldKeys, send_around_refusals
 from nfd_lite.policy import Policy
 from nfd_lite.reconciler import NodeState, plan
 from nfd_lite.retry import RetryPolicy
@@ -11,17 +15,30 @@ from nfd_lite.retry import RetryPolicy
 PRUNE_MAX_BACKOFF = 5.0  # a one-off command: give up within seconds, not minutes
 
 
-def prune(api: NodeApi, policy: Policy, attempts: int = 5) -> list[str]:
-    """Remove every owned label and the ownership annotation; returns the removed keys. A missing
-    credential, permission or Node is reported at once: retrying cannot fix it."""
-    removed: list[str] = []
+@dataclass
+class Pruned:
+    """What prune removed, and what the admission policy refused to let it remove (key -> the server's
+    message): those labels stay on the Node, recorded as owned, so a later prune can take them."""
+
+    removed: list[str] = field(default_factory=list)
+    refused: dict[str, str] = field(default_factory=dict)
+
+
+def prune(api: NodeApi, policy: Policy, attempts: int = 5) -> Pruned:
+    """Remove every owned label and the ownership annotation. A missing credential, permission or Node is
+    reported at once: retrying cannot fix it. Labels the admission policy refuses to let go, naming them,
+    are left in place and the rest removed, instead of nothing at all."""
+    held = HeldKeys(retry_after=math.inf)  # within one command, a refused label is not tried again
+    pruned = Pruned()
 
     def once() -> None:
-        result = plan({}, NodeState.from_object(api.get_node()), may_own=policy.may_own)
-        removed[:] = result.removed
-        if result.patch is not None:
-            api.patch_node(result.patch)
+        node = NodeState.from_object(api.get_node())
+        result, _ = send_around_refusals(
+            lambda keys: plan({}, node, may_own=policy.may_own, held=keys), api.patch_node, held
+        )
+        pruned.removed = result.removed
+        pruned.refused = {key: held.reasons[key] for key in sorted(held.keys())}
 
     retry = RetryPolicy(max_backoff=PRUNE_MAX_BACKOFF, final=(AccessDenied, NotFound))
     retry.call(once, "prune", attempts)
-    return removed
+    return pruned

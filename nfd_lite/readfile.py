@@ -15,6 +15,7 @@ from pathlib import Path
 
 from featurefile import MAX_FILE_SIZE
 from nfd_lite.labelline import FileResult, parse_text
+from nfd_lite.limits import ScanBudget
 from nfd_lite.rejections import Rejection, show_path
 
 READ_ATTEMPTS = 3  # a file still changing after this many reads keeps its last good content
@@ -83,10 +84,12 @@ def _read_stable(fd: int) -> bytes:
 
 
 def read_file(
-    dir_fd: int, name: str, directory: Path, now: datetime, max_rejections: int
+    dir_fd: int, name: str, directory: Path, now: datetime, budget: ScanBudget
 ) -> FileResult | None:
     """Read and parse the file ``name`` of the directory open as ``dir_fd``; None when it vanished.
-    Never follows a symlink, never blocks on a FIFO, never raises for anything the directory holds."""
+    Never follows a symlink, never blocks on a FIFO, never raises for anything the directory holds. A file
+    rejected whole always carries its one rejection (the caller needs it to keep the file's last good
+    content); its lines' rejections are listed within the scan's ``budget``."""
     path = str(directory / name)
 
     def whole(reason: str, detail: str) -> FileResult:
@@ -119,6 +122,6 @@ def read_file(
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         return whole(NOT_UTF8, f"not UTF-8 at byte {err.start}")
-    result = parse_text(text, path, now, max_rejections, show_path(directory, name))
+    result = parse_text(text, path, now, budget, show_path(directory, name))
     result.size = len(data)
     return result

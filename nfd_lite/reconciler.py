@@ -59,6 +59,12 @@ class Plan:
     set_labels: dict[str, str] = field(default_factory=dict)
     removed: list[str] = field(default_factory=list)
 
+    @property
+    def touched(self) -> frozenset[str]:
+        """The label keys the patch names: the labels it sets or removes and those its record lists."""
+        labels = (self.patch or {}).get("metadata", {}).get("labels") or {}
+        return frozenset(labels) | self.owned if self.patch is not None else frozenset()
+
 
 def _owned_keys(annotations: Mapping[str, str], may_own: Callable[[str], bool]) -> set[str]:
     """Keys listed in the ownership annotation that ``may_own`` accepts (``Policy.may_own``: everything but
@@ -84,6 +90,7 @@ def plan(
     overwrite: bool = False,
     allow_removal: bool = True,
     may_own: Callable[[str], bool],
+    held: frozenset[str] = frozenset(),
 ) -> Plan:
     """What to send so the Node carries ``desired`` for the keys this writer owns.
 
@@ -91,7 +98,8 @@ def plan(
     - a key that exists but is not owned is left alone, unless ``overwrite``: with the value desired it is
       another manager's label that says the same (the GPU Operator's ``gpu.present``), nothing to report
       and not taken; with another value it is a conflict;
-    - owned keys no longer desired are removed, unless ``allow_removal`` is False (start-up grace).
+    - owned keys no longer desired are removed, unless ``allow_removal`` is False (start-up grace);
+    - a ``held`` key (one the admission policy refused) is left as the Node has it, label and record.
 
     Nothing desired is ``prune``: every owned label on the Node goes, and the record with them.
     """
@@ -99,7 +107,11 @@ def plan(
     changes: dict[str, str | None] = {}
     conflicts: list[Conflict] = []
     new_owned: set[str] = set()
+    for key in held & owned:
+        new_owned.add(key)
     for key, value in desired.items():
+        if key in held:
+            continue
         current = node.labels.get(key)
         if key not in owned and current is not None and not overwrite:
             if current != value:
@@ -109,7 +121,7 @@ def plan(
         if current != value:
             changes[key] = value
     removed: list[str] = []
-    for key in sorted(owned - desired.keys()):
+    for key in sorted(owned - desired.keys() - held):
         if not allow_removal:
             new_owned.add(key)
         elif key in node.labels:

@@ -6,9 +6,11 @@ file is ever shown except keys and file names, escaped and shortened by ``printa
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
+_KEY_CHARACTERS = re.compile(r"[A-Za-z0-9._/-]*")  # every character a label key may hold
 SHOWN_CHARS = 100  # keys and file names in logs and rejections are cut to this many characters
 
 # A summary standing for the rejections over a cap (also a value of the rejected-lines metric's "reason").
@@ -20,6 +22,15 @@ def printable(text: str, limit: int = SHOWN_CHARS) -> str:
     newline in a file name cannot forge a log line), cut to ``limit`` characters."""
     shown = text[:limit].encode("unicode_escape", "backslashreplace").decode("ascii")
     return shown if len(text) <= limit else f"{shown}...({len(text)} chars)"
+
+
+def show_invalid_key(key: str) -> str:
+    """An invalid key as a rejection shows it: only up to the first character no label key may hold, then
+    escaped and cut by ``printable``. A line without "=" is a key as a whole, so this keeps whatever else
+    such a line holds (a value, a secret pasted by mistake) out of the logs."""
+    head = _KEY_CHARACTERS.match(key)
+    shown = head.group() if head else ""
+    return printable(key) if len(shown) == len(key) else f"{printable(shown)}...({len(key)} chars)"
 
 
 def show_directory(directory: Path) -> str:

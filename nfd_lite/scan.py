@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 
 from nfd_lite.labelline import FileResult
-from nfd_lite.limits import Limits
+from nfd_lite.limits import Limits, ScanBudget
 from nfd_lite.readfile import read_file
 from nfd_lite.rejections import Rejection, printable, show_directory
 
@@ -31,11 +31,18 @@ DIR_TOO_LARGE = "dir-too-large"
 
 @dataclass
 class Scan:
-    """What one scan of all directories found. ``capped`` counts what each cap dropped (files, bytes)."""
+    """What one scan of all directories found. ``capped`` counts what each cap dropped (files, bytes);
+    ``failed`` names each directory that exists but could not be read, with its rejection (also listed in
+    ``rejected``): what it held is unknown, not gone."""
 
     results: list[FileResult] = field(default_factory=list)
     rejected: list[Rejection] = field(default_factory=list)
     capped: dict[str, int] = field(default_factory=lambda: {"files": 0, "bytes": 0})
+    failed: dict[Path, Rejection] = field(default_factory=dict)
+
+    def fail(self, directory: Path, rejection: Rejection) -> None:
+        self.rejected.append(rejection)
+        self.failed[directory] = rejection
 
 
 def _open_directory(directory: Path) -> int | Rejection | None:
@@ -60,25 +67,31 @@ def _names(dir_fd: int, counter: list[int]) -> Iterator[str]:
                 yield entry.name
 
 
-def scan(directories: list[Path], now: datetime, limits: Limits | None = None) -> Scan:
-    """Every file of every directory, directories in the order given, files in name order, within caps."""
+def scan(
+    directories: list[Path], now: datetime, limits: Limits | None = None, budget: ScanBudget | None = None
+) -> Scan:
+    """Every file of every directory, directories in the order given, files in name order, within caps;
+    all files share one ``budget`` of listed rejections and expired lines (default: ``limits``')."""
     limits = limits or Limits()
+    budget = budget or ScanBudget.of(limits)
     found = Scan()
     for directory in directories:
         opened = _open_directory(directory)
         if opened is None:
             continue
         if isinstance(opened, Rejection):
-            found.rejected.append(opened)
+            found.fail(directory, opened)
             continue
         try:
-            _scan_directory(opened, directory, now, limits, found)
+            _scan_directory(opened, directory, now, limits, budget, found)
         finally:
             os.close(opened)
     return found
 
 
-def _scan_directory(dir_fd: int, directory: Path, now: datetime, limits: Limits, found: Scan) -> None:
+def _scan_directory(
+    dir_fd: int, directory: Path, now: datetime, limits: Limits, budget: ScanBudget, found: Scan
+) -> None:
     shown = show_directory(directory)
     counter = [0]
     try:
@@ -86,7 +99,7 @@ def _scan_directory(dir_fd: int, directory: Path, now: datetime, limits: Limits,
         names = heapq.nsmallest(limits.max_files, _names(dir_fd, counter))
     except OSError as err:
         detail = os.strerror(err.errno) if err.errno else type(err).__name__
-        found.rejected.append(Rejection(shown, 0, "", DIR_UNREADABLE, detail))
+        found.fail(directory, Rejection(shown, 0, "", DIR_UNREADABLE, detail))
         return
     if counter[0] > len(names):
         dropped = counter[0] - len(names)
@@ -95,7 +108,7 @@ def _scan_directory(dir_fd: int, directory: Path, now: datetime, limits: Limits,
         found.rejected.append(Rejection(shown, 0, "", TOO_MANY_FILES, detail))
     used = 0
     for index, name in enumerate(names):
-        result = read_file(dir_fd, name, directory, now, limits.max_rejections)
+        result = read_file(dir_fd, name, directory, now, budget)
         if result is None:
             continue
         if used + result.size > limits.max_bytes:

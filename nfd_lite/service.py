@@ -119,7 +119,9 @@ class Service:
                 health.stop()
             log.info("stopped; labels left in place")
 
-    def oneshot(self, attempts: int = 5) -> None:
-        """One scan, one read, at most one write (plus retries)."""
+    def oneshot(self, attempts: int = 5) -> frozenset[str]:
+        """One scan, one read, at most one write (plus retries); returns the labels the admission policy
+        refused (held back; the rest was written)."""
         self.scan.rescan()
         self.node_sync.once(attempts)
+        return self.node_sync.held.keys()

@@ -20,6 +20,10 @@ class WriterSettings:
     resync_interval: float = 60.0
     debounce: float = 0.002
     debounce_cap: float = 0.25
+    # PATCHes: bursts of up to write_burst, then write_rate a second on average (a token bucket), so a
+    # feature file flipping every few milliseconds costs the API server one write a second, not dozens.
+    write_rate: float = 1.0
+    write_burst: int = 10
     startup_grace: float = 60.0
     watch_timeout: int = 1800
     metrics_address: str | None = None

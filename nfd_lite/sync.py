@@ -10,34 +10,56 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 from typing import Any
 
-from nfd_lite.apierrors import ApiError
+from nfd_lite.apierrors import AdmissionRefused, ApiError
 from nfd_lite.client import NodeApi
 from nfd_lite.features import FeatureState
+from nfd_lite.held import HeldKeys, send_around_refusals
 from nfd_lite.inbox import Inbox
 from nfd_lite.metrics import WriterMetrics
 from nfd_lite.reconciler import NodeState, Plan, plan
 from nfd_lite.rejections import printable
-from nfd_lite.retry import Outage, RetryPolicy
+from nfd_lite.retry import REFUSAL_REPEAT_AFTER, Outage, RetryPolicy, Stopped
 from nfd_lite.selfcheck import check_policy
 from nfd_lite.settings import WriterSettings
+from nfd_lite.throttle import TokenBucket
+from saidonce import SaidOnce
 
 log = logging.getLogger(__name__)
 
 
 def plan_pass(
-    features: FeatureState, node: NodeState, settings: WriterSettings, *, allow_removal: bool
+    features: FeatureState,
+    node: NodeState,
+    settings: WriterSettings,
+    *,
+    allow_removal: bool,
+    held: frozenset[str] = frozenset(),
 ) -> Plan:
-    """What a pass sends to ``node``: the feature files' labels as last read, under the settings' policy.
-    ``--dry-run`` plans with it too, against a Node that carries nothing, and sends nothing."""
+    """What a pass sends to ``node``: the feature files' labels as last read, under the settings' policy,
+    leaving ``held`` keys (refused by the admission policy) as they are. ``--dry-run`` plans with it too,
+    against a Node that carries nothing, and sends nothing."""
     return plan(
         features.labels(),
         node,
         overwrite=settings.overwrite,
         allow_removal=allow_removal,
         may_own=settings.policy.may_own,
+        held=held,
     )
+
+
+SHOWN_KEYS = 10  # keys a "patched node" line names; the rest are counted
+
+
+def _keys(keys: Iterable[str]) -> str:
+    """Label keys for a log line, in order: the first SHOWN_KEYS, then how many more."""
+    listed = sorted(keys)
+    shown = ", ".join(printable(k) for k in listed[:SHOWN_KEYS])
+    more = len(listed) - SHOWN_KEYS
+    return f"{len(listed)} ({shown}{f' and {more} more' if more > 0 else ''})" if listed else "0"
 
 
 class NodeSync:
@@ -65,6 +87,9 @@ class NodeSync:
         self._started = time.monotonic()
         self._conflicts: set[tuple[str, str]] = set()
         self._policy_checked = False
+        self.writes = TokenBucket(settings.write_rate, settings.write_burst)
+        self.held = HeldKeys(settings.slow_retry)  # labels the admission policy refused, tried again slowly
+        self._held_said: SaidOnce[str] = SaidOnce(repeat_after=REFUSAL_REPEAT_AFTER)
 
     def once(self, attempts: int | None = None) -> None:
         """One pass, tried again under the retry policy until it completes, ``attempts`` are used up (the
@@ -73,22 +98,41 @@ class NodeSync:
 
     def _attempt(self) -> None:
         self._check_policy_when_due()
-        node = self._newest_node()
-        result = plan_pass(self.features, node, self.settings, allow_removal=self._allow_removal())
+        self._wait_for_write_rate()
+        result, answer = send_around_refusals(self._plan, self._send, self.held, self._refused_now)
         self._report(result)
-        if result.patch is not None:
-            self._learn(self._send(result.patch))
+        self._report_held()
+        if answer is not None:
+            self._learn(answer)
             self.metrics.writes.inc()
+            # Keys only: a value comes from whoever writes the feature files.
             log.info(
                 "patched node %s: set %s, removed %s",
                 self.settings.node_name,
-                result.set_labels or "{}",
-                result.removed or "[]",
+                _keys(result.set_labels),
+                _keys(result.removed),
             )
         self.metrics.owned.set(len(result.owned))
         self.metrics.last_sync.set(time.time())
         self.metrics.syncs.inc()
         self.synced = True
+
+    def _wait_for_write_rate(self) -> None:
+        """A write is due but over the write rate: wait for the token bucket. The pass plans again after
+        the wait, against what is newest by then."""
+        if self._plan(self.held.keys()).patch is None:
+            return
+        delay = self.writes.delay()
+        if delay > 0 and self.retry.stop.wait(delay):
+            raise Stopped
+
+    def next_retry(self) -> float | None:
+        """When (monotonic) labels the admission policy refused are due to be tried again, if any are."""
+        return self.held.next_retry()
+
+    def _plan(self, held: frozenset[str] = frozenset()) -> Plan:
+        node = self._newest_node()
+        return plan_pass(self.features, node, self.settings, allow_removal=self._allow_removal(), held=held)
 
     def _check_policy_when_due(self) -> None:
         if self.outage.take_long_one():
@@ -111,6 +155,7 @@ class NodeSync:
 
     def _send(self, patch: dict[str, Any]) -> NodeState:
         """The patch's answer: the Node as this write left it."""
+        self.writes.take()
         try:
             return NodeState.from_object(self.api.patch_node(patch))
         except ApiError:
@@ -120,6 +165,30 @@ class NodeSync:
     def _allow_removal(self) -> bool:
         grace_over = time.monotonic() - self._started >= self.settings.startup_grace
         return self.features.files_seen or grace_over
+
+    def _refused_now(self, err: AdmissionRefused) -> None:
+        self.metrics.api_errors.labels(err.code).inc()
+
+    def _report_held(self) -> None:
+        """Each refused label once when it is first held back (and every REFUSAL_REPEAT_AFTER while it
+        stays refused), with the server's message; and once when none is held any more."""
+        held = self.held.keys()
+        self.metrics.refused.set(len(held))
+        change = self._held_said.update(sorted(held))
+        by_reason: dict[str, list[str]] = {}
+        for key in change.new:
+            by_reason.setdefault(self.held.reasons[key], []).append(key)
+        for reason, keys in by_reason.items():
+            log.error(
+                "the admission policy refused %s on node %s; they are held back, the other labels are "
+                "written, and they are tried again every %.0f s (%s)",
+                _keys(keys),
+                self.settings.node_name,
+                self.held.retry_after,
+                reason,
+            )
+        if change.recovered:
+            log.info("the admission policy admits every label this writer sets again")
 
     def _report(self, result: Plan) -> None:
         current = {(c.key, c.theirs) for c in result.conflicts}

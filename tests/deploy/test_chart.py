@@ -108,6 +108,10 @@ def test_schema_error_names_the_reserved_prefix_and_where(tools: Tools, tmp_path
         "node-role.kubernetes.io/",
         "x-k8s.k8s.io/",
         "sub.feature.node.kubernetes.io/",
+        "example.com",
+        "Example.com/",
+        "example.com/x/",
+        "example.com'/",
     ],
 )
 def test_schema_refuses_exactly_the_prefixes_nfd_lite_refuses(

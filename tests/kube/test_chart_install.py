@@ -10,6 +10,7 @@ here should not meet the other tests.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.deploy.chart import HELMS, MATRIX, documents
+from tests.deploy.chart import CHART, HELMS, MATRIX, documents
 from tests.kube.controlplane import OLDEST_BINARIES, ControlPlane
 from tests.kube.helm import (
     create_namespace,
@@ -149,3 +150,42 @@ def test_the_documented_install_on_the_oldest_supported_kubernetes(
         assert type_check_warnings(oldest, policy) == []
     assert helm(which, oldest, tmp_path, "uninstall", name, "-n", name).returncode == 0
     assert of_release(oldest, name, objects) == set()
+
+
+PAUSE = {"spec": {"template": {"spec": {"nodeSelector": {"gpu-labeller.io/paused": "true"}}}}}
+RESUME = [{"op": "remove", "path": "/spec/template/spec/nodeSelector/gpu-labeller.io~1paused"}]
+
+
+@pytest.mark.parametrize("which", HELMS)
+def test_the_documented_policy_change_with_the_writers_paused(
+    oldest: ControlPlane, tmp_path: Path, which: str
+) -> None:
+    """docs/deploy.md, "Changing the admission policy before Kubernetes 1.37": the pause (a nodeSelector no
+    node carries, set with kubectl) survives the helm upgrade that changes the policy, and the resume takes
+    it away again, on a real 1.30 server with the real helm and kubectl."""
+    name = f"pause-{which}"
+    create_namespace(oldest, name, "restricted")
+    _, objects = installed(oldest, tmp_path, which, name, {})
+    daemonset = next(o for o in objects if o["kind"] == "DaemonSet")
+    policy = next(o for o in objects if o["kind"] == "ValidatingAdmissionPolicy")
+
+    def stored(obj: dict[str, Any]) -> dict[str, Any]:
+        return get_objects(oldest, name, [ref(obj)])[ref(obj)]
+
+    def node_selector() -> dict[str, str]:
+        return dict(stored(daemonset)["spec"]["template"]["spec"].get("nodeSelector") or {})
+
+    ds = daemonset["metadata"]["name"]
+    oldest.kubectl("-n", name, "patch", "daemonset", ds, "--type=merge", "-p", json.dumps(PAUSE))
+    assert node_selector() == {"gpu-labeller.io/paused": "true"}
+    upgraded = helm(
+        which, oldest, tmp_path, "upgrade", name, str(CHART), "-n", name, "--reuse-values",
+        values={"nfdLite": {"allowPrefixes": ["nvidia.com/"]}},
+    )  # fmt: skip
+    assert upgraded.returncode == 0, upgraded.stderr
+    prefixes = next(v for v in stored(policy)["spec"]["variables"] if v["name"] == "allowedPrefixes")
+    assert prefixes["expression"] == "['nvidia.com/']"
+    assert node_selector() == {"gpu-labeller.io/paused": "true"}, "the upgrade resumed the writers"
+    oldest.kubectl("-n", name, "patch", "daemonset", ds, "--type=json", "-p", json.dumps(RESUME))
+    assert node_selector() == {}
+    assert helm(which, oldest, tmp_path, "uninstall", name, "-n", name).returncode == 0

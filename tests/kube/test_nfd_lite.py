@@ -8,6 +8,7 @@ import copy
 import json
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -68,6 +69,23 @@ def test_labels_appear_change_expire_and_go(
     assert {k: labels[k] for k in THEIRS} == THEIRS
 
 
+# With --resync-interval 3600 only the watch can repair drift within a test, so a lost event fails the test
+# whatever this deadline; it covers the writer's longest legitimate wait on a loaded machine (a watch
+# re-established after failures waits up to its 30 s back-off), which the default 20 s did not.
+WATCH_REPAIR = 60.0
+
+
+def _writer_trail(kube: ControlPlane, node: str, w: PodWriter) -> str:
+    """The writer's log and its requests of this Node as the server saw them: on a failure, whether its
+    watch was open and what its patches were answered."""
+    lines = [
+        f"{e['stageTimestamp']} {e['verb']} {e['requestURI']} -> {e.get('responseStatus', {}).get('code')}"
+        for e in kube.requests(WRITER_USER)
+        if f"/nodes/{node}" in e["requestURI"] or f"metadata.name%3D{node}" in e["requestURI"]
+    ]
+    return w.output() + "\n" + "\n".join(lines)
+
+
 def test_drift_is_repaired_through_the_watch(
     kube: ControlPlane, new_node: Callable[..., str], tmp_path: Path
 ) -> None:
@@ -76,9 +94,11 @@ def test_drift_is_repaired_through_the_watch(
         w.write("nvidia.com/gpu.count=2\n")
         assert eventually(lambda: ours(kube, node) == {"nvidia.com/gpu.count": "2"}), w.output()
         kube.patch_node(node, {"metadata": {"labels": {"nvidia.com/gpu.count": "7"}}})
-        assert eventually(lambda: ours(kube, node) == {"nvidia.com/gpu.count": "2"}), w.output()
+        repaired = eventually(lambda: ours(kube, node) == {"nvidia.com/gpu.count": "2"}, timeout=WATCH_REPAIR)
+        assert repaired, _writer_trail(kube, node, w)
         kube.patch_node(node, {"metadata": {"labels": {"nvidia.com/gpu.count": None}}})
-        assert eventually(lambda: ours(kube, node) == {"nvidia.com/gpu.count": "2"}), w.output()
+        repaired = eventually(lambda: ours(kube, node) == {"nvidia.com/gpu.count": "2"}, timeout=WATCH_REPAIR)
+        assert repaired, _writer_trail(kube, node, w)
 
 
 def test_a_restart_does_not_flap_labels(
@@ -113,6 +133,94 @@ def test_prune_removes_only_what_it_owns(
     assert "removed 2 owned labels" in result.stdout
     assert ours(kube, node) == {}
     assert owned(kube, node) is None
+    labels = kube.labels(node)
+    assert {k: labels[k] for k in THEIRS} == THEIRS
+
+
+# ---- a refusal naming some labels holds just those back ----
+
+WIDER = ["--allow-prefix", "nvidia.com/", "--allow-prefix", "example.com/", "--allow-key", "example.com/*"]
+
+
+def test_labels_the_policy_refuses_do_not_freeze_the_others(
+    kube: ControlPlane, new_node: Callable[..., str], tmp_path: Path
+) -> None:
+    """The writer allows example.com/, the policy (rbac/ as shipped) does not: the policy refuses the patch
+    naming example.com/rack, and the writer still sets and updates its other labels."""
+    node = new_node()
+    with PodWriter(kube, tmp_path, node, *WIDER) as w:
+        w.write("nvidia.com/gpu.count=2\nexample.com/rack=r1\n")
+        assert eventually(lambda: ours(kube, node) == {"nvidia.com/gpu.count": "2"}), w.output()
+        assert owned(kube, node) == "nvidia.com/gpu.count"
+        w.write("nvidia.com/gpu.count=4\nexample.com/rack=r1\n")
+        assert eventually(lambda: ours(kube, node) == {"nvidia.com/gpu.count": "4"}), w.output()
+        assert "example.com/rack" not in kube.labels(node)
+    said = [line for line in w.output().splitlines() if "the admission policy refused" in line]
+    assert len(said) == 1 and "refused 1 (example.com/rack)" in said[0], w.output()
+
+
+LOCKED = "nvidia.com/gpu.locked"
+SITE_POLICY = {
+    "apiVersion": "admissionregistration.k8s.io/v1",
+    "kind": "ValidatingAdmissionPolicy",
+    "metadata": {"name": "site-locked-label"},
+    "spec": {
+        "failurePolicy": "Fail",
+        "matchConstraints": {
+            "resourceRules": [
+                {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["nodes"]}
+            ]
+        },
+        "matchConditions": [
+            {"name": "writer", "expression": f"request.userInfo.username == '{WRITER_USER}'"}
+        ],
+        "validations": [
+            {
+                "expression": f"!('{LOCKED}' in oldObject.metadata.?labels.orValue({{}}))"
+                f" || '{LOCKED}' in object.metadata.?labels.orValue({{}})",
+                "message": f"{LOCKED} is locked by the site and may not be removed",
+                "reason": "Forbidden",
+            }
+        ],
+    },
+}
+SITE_BINDING = {
+    "apiVersion": "admissionregistration.k8s.io/v1",
+    "kind": "ValidatingAdmissionPolicyBinding",
+    "metadata": {"name": "site-locked-label"},
+    "spec": {"policyName": "site-locked-label", "validationActions": ["Deny"]},
+}
+
+
+def test_prune_removes_what_it_may_and_names_what_a_policy_keeps(
+    kube: ControlPlane, new_node: Callable[..., str], tmp_path: Path
+) -> None:
+    """A site's own policy keeps one label the writer owns: prune removes the rest, says which label stayed
+    and why, exits 1, and the label stays recorded as owned."""
+    node = new_node(dict(THEIRS))
+    with PodWriter(kube, tmp_path, node) as w:
+        w.write(f"nvidia.com/gpu.count=2\n{LOCKED}=1\n")
+        assert eventually(lambda: len(ours(kube, node)) == 2), w.output()
+    token = kube.pod_token(node)
+    _apply(kube, SITE_POLICY, SITE_BINDING)
+    try:
+        removal = {
+            "metadata": {"labels": {LOCKED: None}, "annotations": {OWNED_ANNOTATION: "nvidia.com/gpu.count"}}
+        }
+        _until(
+            lambda: "is locked by the site" in _dry_run(kube, node, removal, token).message, "lock the label"
+        )
+        command, env = in_pod(kube, tmp_path, node, ["prune"])
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    finally:
+        kube.request("DELETE", f"{BINDINGS}/site-locked-label")
+        kube.request("DELETE", f"{POLICIES}/site-locked-label")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "removed 1 owned labels" in result.stdout
+    (error,) = result.stderr.strip().splitlines()
+    assert f"refused removing {LOCKED}" in error and "is locked by the site" in error
+    assert ours(kube, node) == {LOCKED: "1"}
+    assert owned(kube, node) == LOCKED
     labels = kube.labels(node)
     assert {k: labels[k] for k in THEIRS} == THEIRS
 
@@ -177,6 +285,55 @@ def test_the_writer_works_on_the_oldest_supported_kubernetes(tmp_path: Path) -> 
             assert writer.process.wait(60) == 0, writer.output()
         assert ours(kube, node) == {"nvidia.com/gpu.count": "2"}
         assert kube.get_node(node)["metadata"]["annotations"][OWNED_ANNOTATION] == "nvidia.com/gpu.count"
+
+
+def test_on_1_30_the_policy_changes_safely_while_the_writers_are_paused(tmp_path: Path) -> None:
+    """kube-apiserver 1.30 shares one CEL type of every policy's variables between compiling a changed
+    policy and evaluating it (kubernetes/kubernetes#135757; 1.37 compiles each policy on its own): a policy
+    change while the writer's patches are evaluated can crash the server (concurrent map read and map
+    write). The documented procedure pauses the writers first. Other clients' Node updates only meet the
+    policy's matchConditions, not its variables: the server survives repeated changes under them, and the
+    writer resumed afterwards syncs against the changed policy."""
+    with ControlPlane(tmp_path / "oldest", OLDEST_BINARIES) as kube:
+        apply_rbac(kube)
+        node = "gpu-paused"
+        kube.create_node(node)
+        policy = _shipped_policy()
+        stop = threading.Event()
+
+        def kubelet_like() -> None:  # node status updates go on during the change
+            while not stop.is_set():
+                patch = {"metadata": {"labels": {"example.com/heartbeat": str(time.monotonic_ns())}}}
+                kube.request(
+                    "PATCH",
+                    f"/api/v1/nodes/{node}/status?dryRun=All",
+                    patch,
+                    content_type="application/merge-patch+json",
+                )
+
+        others = [threading.Thread(target=kubelet_like, daemon=True) for _ in range(2)]
+        for thread in others:
+            thread.start()
+        try:
+            for n in range(40):  # on 1.30.14 two writers patching crashed it within 17 such changes
+                changed = copy.deepcopy(policy)
+                changed["spec"]["validations"][0]["message"] += f" (change {n})"
+                _apply(kube, changed)
+                assert kube.apiserver.poll() is None, "kube-apiserver exited"
+                time.sleep(0.2)
+        finally:
+            stop.set()
+            for thread in others:
+                thread.join(10)
+        log = (kube.logs / "kube-apiserver.log").read_text(errors="replace")
+        assert kube.apiserver.poll() is None and "concurrent map" not in log
+        apply_rbac(kube)  # the shipped policy again, enforced, before the writer resumes
+        writer = PodWriter(kube, tmp_path, node, "--oneshot")
+        writer.write("nvidia.com/gpu.count=2\n")
+        with writer:
+            assert writer.process is not None
+            assert writer.process.wait(60) == 0, writer.output()
+        assert ours(kube, node) == {"nvidia.com/gpu.count": "2"}
 
 
 # ---- the start-up self-check against policies that do not (or not all) fence the writer ----

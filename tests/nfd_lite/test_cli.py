@@ -82,6 +82,34 @@ def test_oneshot_then_prune(
     assert apiserver.count("PATCH") == 2
 
 
+def test_oneshot_writes_what_the_policy_admits_and_fails_naming_what_it_refused(
+    setup: tuple[FakeApiServer, Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    apiserver, kubeconfig, features = setup
+    denied = (
+        "ValidatingAdmissionPolicy 'gpu-labeller-nfd-lite' with binding 'gpu-labeller-nfd-lite' denied "
+        "request: nfd-lite may only change labels under nvidia.com/, "
+        "not: feature.node.kubernetes.io/gpu.present"
+    )
+    apiserver.inject(method="PATCH", status=403, message=denied, count=1)
+    argv = [
+        "--oneshot",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--node-name",
+        NODE,
+        "--features-dir",
+        str(features),
+    ]
+    assert main([*argv, NO_POLICY]) == 1
+    assert ours(apiserver) == {"nvidia.com/gpu.count": "2"}
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (
+        "nfd-lite: error: the admission policy refused feature.node.kubernetes.io/gpu.present; the other "
+        "labels were written"
+    )
+
+
 def test_oneshot_refused_reports_one_line_and_fails(
     setup: tuple[FakeApiServer, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -98,10 +126,14 @@ def test_oneshot_refused_reports_one_line_and_fails(
     [
         (["--bogus"], "unrecognized arguments"),
         ([], "--node-name"),
-        (["--node-name", "n", "--allow-prefix", "node-role.kubernetes.io"], "reserved for Kubernetes"),
+        (["--node-name", "n", "--allow-prefix", "node-role.kubernetes.io/"], "reserved for Kubernetes"),
+        (["--node-name", "n", "--allow-prefix", "example.com"], "not a DNS subdomain followed by '/'"),
+        (["--node-name", "n", "--allow-prefix", 'ex"ample.com/'], "not a DNS subdomain followed by '/'"),
         (["--node-name", "n", "--metrics-address", "nonsense"], "not host:port"),
         (["--node-name", "n", "--kubeconfig", "/nonexistent/kubeconfig"], "--kubeconfig"),
         (["--node-name", "n", "--debounce", "-1"], "negative"),
+        (["--node-name", "n", "--write-rate", "0"], "not above 0"),
+        (["--node-name", "n", "--write-burst", "0"], "less than 1"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
@@ -239,6 +271,8 @@ def test_help_shows_the_defaults() -> None:
         f"seconds to coalesce a burst of events (default: {settings.debounce})",
         f"seconds before removing owned labels (default: {settings.startup_grace})",
         f"seconds one Node watch request lasts (default: {settings.watch_timeout})",
+        f"after a burst of --write-burst (default: {settings.write_rate})",
+        f"before --write-rate applies (default: {settings.write_burst})",
         "(default: :8081)",
         "(default: info)",
         "2 bad flags or configuration",
@@ -256,6 +290,7 @@ def test_flags_default_to_what_a_writer_is_given_by_default() -> None:
         settings.startup_grace,
         settings.watch_timeout,
     )
+    assert (args.write_rate, args.write_burst) == (settings.write_rate, settings.write_burst)
     assert (args.max_files, args.max_dir_bytes, args.max_labels) == (
         limits.max_files,
         limits.max_bytes,

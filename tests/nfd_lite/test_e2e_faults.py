@@ -131,6 +131,28 @@ def test_an_expired_watch_410_relists(cluster: FakeApiServer, tmp_path: Path) ->
         assert eventually(lambda: ours(cluster) == WANT)
 
 
+@pytest.mark.parametrize("expired", [False, True], ids=["resumed", "relisted"])
+def test_drift_while_the_watch_is_down_is_repaired_when_it_is_back(
+    cluster: FakeApiServer, tmp_path: Path, expired: bool
+) -> None:
+    """An administrator's edit that lands between a watch ending and the next one starting is not lost:
+    the next watch resumes from the last resourceVersion seen (and is sent the edit), or, when that version
+    has expired (410), the Node is listed again with the edit in it. There is no resync to fall back on."""
+    with Writer(cluster, tmp_path, resync_interval=3600) as w:
+        w.write("nvidia.com/gpu.count=2\n")
+        assert eventually(lambda: ours(cluster) == WANT)
+        running(w, cluster)
+        # The next watch starts late (and, if expired, is answered 410 Gone).
+        cluster.inject(method="GET", watch=True, delay=1.0, gone=expired, count=1)
+        cluster.drop_watches()
+        assert eventually(lambda: cluster.open_watches == 0)
+        cluster.set_node_labels(NODE, {"nvidia.com/gpu.count": None})  # while no watch is open
+        assert eventually(lambda: ours(cluster) == WANT)
+        assert w.metric("nfd_lite_writes_total") == 2
+        lists = [r for r in cluster.requests if r.path == "/api/v1/nodes" and "watch" not in r.query]
+        assert len([r for r in lists if "!=" not in r.query.get("fieldSelector", "")]) == 1 + expired
+
+
 def test_watch_errors_are_retried(cluster: FakeApiServer, tmp_path: Path) -> None:
     cluster.inject(method="GET", path="/api/v1/nodes", status=500, count=2)
     with Writer(cluster, tmp_path) as w:
@@ -199,3 +221,33 @@ def test_a_401_makes_it_reread_the_token_file(cluster: FakeApiServer, tmp_path: 
     service.oneshot()
     assert ours(cluster) == WANT
     assert owned(cluster) == "nvidia.com/gpu.count"
+
+
+REFUSED = "nvidia.com/gpu.refused"
+DENIED = (
+    f"nodes \"{NODE}\" is forbidden: ValidatingAdmissionPolicy 'gpu-labeller-nfd-lite' with binding "
+    "'gpu-labeller-nfd-lite' denied request: nfd-lite may only change labels under nvidia.com/, "
+    f"not: {REFUSED}"
+)
+
+
+def test_labels_the_policy_refuses_are_held_back_and_the_rest_written(
+    cluster: FakeApiServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A refusal naming one label of a change holds just that label back: the rest is written in the same
+    pass, the refusal is said once, and the label is tried again after the slow-retry interval."""
+    with caplog.at_level(logging.INFO, "nfd_lite"), Writer(cluster, tmp_path, slow_retry=1.0) as w:
+        running(w, cluster)
+        fault = cluster.inject(method="PATCH", path=PATCH_PATH, status=403, message=DENIED, count=1)
+        w.write(f"nvidia.com/gpu.count=2\n{REFUSED}=1\n")
+        assert eventually(lambda: ours(cluster) == WANT)
+        assert fault.hits == 1 and REFUSED not in (owned(cluster) or "")
+        assert w.metric("nfd_lite_refused_labels") == 1
+        w.write(f"nvidia.com/gpu.count=4\n{REFUSED}=1\n")  # not frozen: later changes go through
+        assert eventually(lambda: ours(cluster).get("nvidia.com/gpu.count") == "4")
+        # The fault is spent: tried again after the interval, the label is admitted.
+        assert eventually(lambda: ours(cluster).get(REFUSED) == "1", timeout=10)
+        assert eventually(lambda: w.metric("nfd_lite_refused_labels") == 0)
+    said = [r.getMessage() for r in caplog.records if "admission policy refused" in r.getMessage()]
+    assert len(said) == 1 and f"refused 1 ({REFUSED})" in said[0], said
+    assert any("admits every label" in r.getMessage() for r in caplog.records)

@@ -21,7 +21,7 @@ import pytest
 from nfd_lite import labelline, readfile, scan
 from nfd_lite.features import OWNED_TOO_LARGE, TOO_MANY_LABELS, FeatureState, cap_labels
 from nfd_lite.labelline import LabelLine
-from nfd_lite.limits import Limits
+from nfd_lite.limits import Limits, ScanBudget
 from nfd_lite.policy import CONTROL, KEY_NOT_ALLOWED, Policy
 from nfd_lite.rejections import TOO_MANY_REJECTIONS
 
@@ -152,7 +152,7 @@ def test_odd_file_names_are_escaped_and_cut_never_raw(tmp_path: Path) -> None:
 def test_a_vanished_file_is_skipped(tmp_path: Path) -> None:
     fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        assert readfile.read_file(fd, "gone", tmp_path, NOW, 10) is None
+        assert readfile.read_file(fd, "gone", tmp_path, NOW, ScanBudget.of(Limits())) is None
     finally:
         os.close(fd)
 
@@ -305,7 +305,7 @@ def test_bad_key_and_cap_flags_are_one_line_usage_errors(
 def test_allow_key_under_an_added_prefix_admits_it(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("example.com/rack=r12\nexample.com/other=1\n")
     code, out, _ = dry_run(
-        "--features-dir", tmp_path, "--allow-prefix", "example.com", "--allow-key", "example.com/rack"
+        "--features-dir", tmp_path, "--allow-prefix", "example.com/", "--allow-key", "example.com/rack"
     )
     assert code == 0
     assert out["labels"] == {"example.com/rack": "r12"}
@@ -390,13 +390,31 @@ def test_rejections_are_bounded_with_one_line_counting_the_rest(tmp_path: Path) 
     (tmp_path / "f").write_text("bad key=1\n" * 5000)
     state = FeatureState([tmp_path], Policy(), Limits(max_rejections=20))
     state.rescan(NOW)
-    assert [r.line for r in state.rejected] == [*range(1, 22)]
+    assert [r.line for r in state.rejected] == [*range(1, 21), 0]
     assert state.rejected[-1].reason == TOO_MANY_REJECTIONS
-    assert state.rejected[-1].detail.startswith("4980 more rejected lines")
+    assert state.rejected[-1].detail == "4980 more rejections not listed"
     (tmp_path / "g").write_text("bad key=1\n" * 15)
     state.rescan(NOW)
-    assert len(state.rejected) == 22  # 20 listed, the first file's summary, and the one line for the rest
-    assert state.rejected[-1].detail == "15 more rejections not listed"
+    assert len(state.rejected) == 21  # 20 listed and the one line for the rest
+    assert state.rejected[-1].detail == "4995 more rejections not listed"
+
+
+def test_the_rejection_cap_holds_over_all_files_and_directories(tmp_path: Path) -> None:
+    """A flooded directory (here two, as in the chart's hostPath mode) is listed within one cap per scan:
+    no file's own summary escapes it, and expired lines are held to the same cap."""
+    directories = [tmp_path / "source.d", tmp_path / "features.d"]
+    for directory in directories:
+        directory.mkdir()
+        for n in range(40):
+            (directory / f"f{n:02d}").write_text(
+                "bad key=1\n" * 30 + "# +expiry-time=2020-01-01T00:00:00Z\n" + "old=1\n" * 30
+            )
+    state = FeatureState(directories, Policy(), Limits(max_rejections=25))
+    state.rescan(NOW)
+    assert len(state.rejected) == 26
+    assert [r.reason for r in state.rejected].count(TOO_MANY_REJECTIONS) == 1
+    assert state.rejected[-1].detail == f"{2 * 40 * 30 - 25} more rejections not listed"
+    assert len(state.expired) == 25
 
 
 # ---- dry-run: expired lines ----

@@ -4,6 +4,7 @@ repeated on rescans, caps are exported as metrics, control labels never reach th
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import pytest
@@ -70,3 +71,27 @@ def test_caps_are_exported_as_metrics_and_the_node_gets_only_what_fits(
     assert sample("nfd_lite_capped", {"cap": "bytes"}) == 0
     assert sample("nfd_lite_rejected_lines_total", {"reason": "too-many-files"}) == 1
     assert sample("nfd_lite_rejected_lines_total", {"reason": "too-many-labels"}) == 1
+
+
+def test_a_flipping_file_is_written_at_the_write_rate_and_ends_in_its_last_content(
+    cluster: FakeApiServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A file rewritten every few milliseconds: PATCHes stay within the default token bucket (a burst of
+    10, then 1 a second) instead of one per change, and the Node still ends with the last content. The
+    "patched node" lines name keys, never values."""
+    settings = WriterSettings(NODE, [])
+    with caplog.at_level(logging.INFO, "nfd_lite"), Writer(cluster, tmp_path) as w:
+        assert eventually(lambda: w.service.synced)
+        patches = cluster.count("PATCH", f"/api/v1/nodes/{NODE}")
+        started = time.monotonic()
+        for n in range(600):
+            write_atomic(w.dir, "gfd", f"nvidia.com/gpu.count=2\nnvidia.com/gpu.flip=v{n}\n")
+            time.sleep(0.003)
+        elapsed = time.monotonic() - started
+        assert eventually(lambda: ours(cluster).get("nvidia.com/gpu.flip") == "v599")
+        written = cluster.count("PATCH", f"/api/v1/nodes/{NODE}") - patches
+    # The last content may need one more write after the flipping stopped.
+    assert written <= settings.write_burst + settings.write_rate * elapsed + 2, (written, elapsed)
+    patched = [r.getMessage() for r in caplog.records if r.getMessage().startswith("patched node")]
+    assert patched and not any("v5" in line or "=" in line for line in patched), patched[-3:]
+    assert "set 1 (nvidia.com/gpu.flip)" in patched[-1]

@@ -23,6 +23,26 @@ def test_key_value_bare_key_comments_and_default_prefix() -> None:
     }
 
 
+def test_a_line_without_equals_sign_is_a_key_set_to_true_as_upstream() -> None:
+    # NFD v0.19 source/local: a line is split at its first "="; with none, the whole line is the key
+    # and its value is "true".
+    assert labels("gpu.present\nnvidia.com/gpu.present\n") == {
+        "feature.node.kubernetes.io/gpu.present": "true",
+        "nvidia.com/gpu.present": "true",
+    }
+
+
+def test_an_invalid_line_is_shown_only_up_to_its_first_character_no_key_may_hold() -> None:
+    # Without "=", the whole line is the key: whatever follows the first character a key cannot hold
+    # (here a secret pasted by mistake) stays out of rejections and so out of the log.
+    result = labelline.parse_text("password: hunter2\nnvidia.com/k8s token abc=1\n", "f", NOW)
+    assert [(r.key, r.reason) for r in result.rejected] == [
+        ("feature.node.kubernetes.io/password...(44 chars)", labelline.INVALID_KEY),
+        ("nvidia.com/k8s...(24 chars)", labelline.INVALID_KEY),
+    ]
+    assert all("hunter2" not in r.key + r.detail and "abc" not in r.key for r in result.rejected)
+
+
 def test_value_keeps_everything_after_the_first_equals_sign() -> None:
     result = labelline.parse_text("a=b=c\n", "f", NOW)
     assert result.rejected[0].reason == labelline.INVALID_VALUE  # "b=c" is not a valid label value

@@ -169,3 +169,14 @@ def test_an_older_resource_version_never_supersedes_a_newer_one() -> None:
     assert not NodeState(resource_version="9").supersedes(NodeState(resource_version="10"))
     assert NodeState(resource_version="9").supersedes(None)
     assert NodeState(resource_version="opaque").supersedes(NodeState(resource_version="10"))
+
+
+def test_a_held_key_is_left_as_the_node_has_it_label_and_record() -> None:
+    current = node({"nvidia.com/a": "1", "nvidia.com/b": "1"}, "nvidia.com/a,nvidia.com/b")
+    desired = {"nvidia.com/a": "2", "nvidia.com/c": "3"}  # b no longer desired
+    held = frozenset({"nvidia.com/b", "nvidia.com/c"})
+    result = plan(desired, current, may_own=MAY_OWN, held=held)
+    assert result.patch is not None
+    assert result.patch["metadata"]["labels"] == {"nvidia.com/a": "2"}
+    assert result.owned == {"nvidia.com/a", "nvidia.com/b"}  # b stays recorded, c is not claimed
+    assert result.touched == {"nvidia.com/a", "nvidia.com/b"}

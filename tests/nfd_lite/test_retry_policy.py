@@ -32,7 +32,7 @@ def labelled(apiserver: FakeApiServer) -> FakeApiServer:
 
 def test_prune_retries_a_server_error(labelled: FakeApiServer, tmp_path: Path) -> None:
     fault = labelled.inject(method="GET", path=NODE_PATH, status=503, count=2)
-    assert prune(node_api(labelled, tmp_path), Policy()) == ["nvidia.com/gpu.count"]
+    assert prune(node_api(labelled, tmp_path), Policy()).removed == ["nvidia.com/gpu.count"]
     assert fault.hits == 2
     assert ours(labelled) == {}
 
@@ -43,6 +43,24 @@ def test_prune_reports_a_refusal_at_once(labelled: FakeApiServer, tmp_path: Path
         prune(node_api(labelled, tmp_path), Policy())
     assert fault.hits == 1  # retrying cannot grant a permission
     assert ours(labelled) == {"nvidia.com/gpu.count": "2"}
+
+
+def test_prune_removes_what_the_policy_lets_go_and_names_what_it_refused(
+    apiserver: FakeApiServer, tmp_path: Path
+) -> None:
+    refused = "nvidia.com/gpu.locked"
+    apiserver.add_node(
+        NODE,
+        labels={"nvidia.com/gpu.count": "2", refused: "1"},
+        annotations={OWNED_ANNOTATION: f"nvidia.com/gpu.count,{refused}"},
+    )
+    message = f"ValidatingAdmissionPolicy 'site' with binding 'site' denied request: {refused} is locked"
+    apiserver.inject(method="PATCH", path=NODE_PATH, status=403, message=message, count=1)
+    pruned = prune(node_api(apiserver, tmp_path), Policy())
+    assert pruned.removed == ["nvidia.com/gpu.count"]
+    assert list(pruned.refused) == [refused] and "is locked" in pruned.refused[refused]
+    assert ours(apiserver) == {refused: "1"}
+    assert apiserver.get_node(NODE)["metadata"]["annotations"][OWNED_ANNOTATION] == refused
 
 
 def _probes(server: FakeApiServer) -> int:
