@@ -28,6 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the fake library lives in the tests package
 
+import msgspec  # noqa: E402
 import pytest  # noqa: E402  (MonkeyPatch installs and removes the fake cleanly)
 
 from gfd.backends.nvml import NvmlBackend  # noqa: E402
@@ -77,7 +78,7 @@ def _machine(machine: str, devices: list[dict[str, object]]) -> MachineProfile:
         "cuda_driver_version": 12040,
         "devices": devices,
     }
-    return MachineProfile.model_validate(data)
+    return msgspec.convert(data, MachineProfile)
 
 
 def run_case(profile: MachineProfile, strategy: str, repeat: int) -> dict[str, float]:

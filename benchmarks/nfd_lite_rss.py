@@ -47,8 +47,8 @@ api.patch_node(sys.argv[2], {"metadata": {"labels": {"nvidia.com/rss": "corev1"}
 import kubernetes, sys
 from pathlib import Path
 from nfd_lite.client import NodeApi
-from nfd_lite.kubeconfig import kubeconfig_configuration
-api = NodeApi(kubeconfig_configuration(Path(sys.argv[1])), sys.argv[2])
+from nfd_lite.kubeconfig import kubeconfig_connection
+api = NodeApi(kubeconfig_connection(Path(sys.argv[1])), sys.argv[2])
 node = api.get_node()
 api.patch_node({"metadata": {"resourceVersion": node["metadata"]["resourceVersion"],
                              "labels": {"nvidia.com/rss": "raw"},
@@ -60,8 +60,8 @@ from pathlib import Path
 from nfd_lite.cli import _light_kubernetes_import
 _light_kubernetes_import()
 from nfd_lite.client import NodeApi
-from nfd_lite.kubeconfig import kubeconfig_configuration
-api = NodeApi(kubeconfig_configuration(Path(sys.argv[1])), sys.argv[2])
+from nfd_lite.kubeconfig import kubeconfig_connection
+api = NodeApi(kubeconfig_connection(Path(sys.argv[1])), sys.argv[2])
 node = api.get_node()
 api.patch_node({"metadata": {"resourceVersion": node["metadata"]["resourceVersion"],
                              "labels": {"nvidia.com/rss": "light"},

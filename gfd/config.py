@@ -2,10 +2,9 @@
 
 What each setting is (its type, default, flags, variables and config-file field) is declared once, in
 ``gfd.settings``; this module resolves them from argv, the environment and the file.
-Settings are a plain frozen dataclass checked by hand rather than a pydantic model: pydantic alone
-costs about 15 MiB of resident memory, which would blow the daemon's memory budget on every node. So
-importing this module or resolving settings loads no pydantic; the config *file* is still parsed with
-pydantic, only when one is given.
+Settings are a plain frozen dataclass checked by hand: importing this module or resolving settings loads
+no parsing library; the config *file* is read by ``gfd.yamlfile`` (libyaml and msgspec), only when one is
+given.
 """
 
 from __future__ import annotations
@@ -163,7 +162,7 @@ def _finish(values: dict[str, Any], sharing: SharingConfig | None) -> Settings:
 
 def _from_config_file(path: Path) -> tuple[dict[str, Any], SharingConfig | None]:
     """The settings a device-plugin config file sets (already checked), by name, and its sharing section."""
-    from gfd.plugin_config import PluginConfigError, load_plugin_config  # pydantic: only with a file
+    from gfd.plugin_config import PluginConfigError, load_plugin_config  # YAML and msgspec: only with a file
 
     try:
         config = load_plugin_config(path)

@@ -30,7 +30,7 @@ from gfd.backends.host import with_machine_type
 from gfd.config import Settings
 from gfd.expiry import ExpiryPolicy
 from gfd.inventory import GpuFailure, Inventory
-from gfd.labels import LabelOptions, build_labels
+from gfd.labels import LabelOptions, LabelSet, build_labels
 from gfd.loopcontrol import LoopControl
 from gfd.metrics import Metrics
 from gfd.writer import FeatureFile
@@ -93,6 +93,17 @@ class Daemon:
         self.gpu_failures: SaidOnce[GpuFailure] = SaidOnce()  # counted in the metrics once each
         # Starts from what the file holds, so a restarted daemon does not rewrite an up-to-date file.
         self.output = FeatureFile(settings.output_file)
+        self._labelled: tuple[Inventory, LabelOptions, LabelSet] | None = None  # the last pass's
+
+    def labels_for(self, inv: Inventory, opts: LabelOptions) -> LabelSet:
+        """The labels of ``inv``: the last pass's again when it saw the same and was asked the same, as a
+        node's GPUs are pass after pass (comparing costs a fraction of labelling anew)."""
+        last = self._labelled
+        if last is not None and last[0] == inv and last[1] == opts:
+            return last[2]
+        labelled = build_labels(inv, opts)
+        self._labelled = (inv, opts, labelled)
+        return labelled
 
     # --- one pass ---
 
@@ -138,7 +149,7 @@ class Daemon:
         now = self.clock()
         try:
             inv = self.probe()
-            labelled = build_labels(inv, LabelOptions.from_settings(self.settings, now))
+            labelled = self.labels_for(inv, LabelOptions.from_settings(self.settings, now))
         except BackendError as err:
             return self._failed_unlabelled(err.layer, str(err), now)
         except Exception as err:  # a bug must not kill the daemon nor write half-made labels

@@ -12,54 +12,58 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+import msgspec
+from msgspec import Meta
 
 from gfd.inventory import Device, Inventory, JetsonFacts, MigDevice, VGpuInfo
-from gfd.yamlfile import load_model
+from gfd.yamlfile import read_mapping, to_struct
 
 
 class MachineProfileError(ValueError):
     """A machine profile could not be read; the message is one line with file and field path."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Strict(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    pass
 
 
-class MigDeviceSpec(_Strict):
+Count = Annotated[int, Meta(ge=0)]
+Slices = Annotated[int, Meta(ge=1)]
+
+
+class MigDeviceSpec(_Strict, forbid_unknown_fields=True, frozen=True):
     """One MIG device of a simulated GPU."""
 
-    profile: Annotated[str, Field(min_length=1)]  # the MIG profile, e.g. "1g.5gb"
-    memory_mib: Annotated[int, Field(ge=0)]
-    multiprocessors: Annotated[int, Field(ge=0)]
-    gi_slices: Annotated[int, Field(ge=1)]
-    ci_slices: Annotated[int, Field(ge=1)]
-    copy_engines: Annotated[int, Field(ge=0)] = 0
-    decoders: Annotated[int, Field(ge=0)] = 0
-    encoders: Annotated[int, Field(ge=0)] = 0
-    jpegs: Annotated[int, Field(ge=0)] = 0
-    ofas: Annotated[int, Field(ge=0)] = 0
+    profile: Annotated[str, Meta(min_length=1)]  # the MIG profile, e.g. "1g.5gb"
+    memory_mib: Count
+    multiprocessors: Count
+    gi_slices: Slices
+    ci_slices: Slices
+    copy_engines: Count = 0
+    decoders: Count = 0
+    encoders: Count = 0
+    jpegs: Count = 0
+    ofas: Count = 0
 
 
-class MigSpec(_Strict):
+class MigSpec(_Strict, forbid_unknown_fields=True, frozen=True):
     """A simulated GPU's ``mig:`` section: its MIG mode and, when enabled, its MIG devices."""
 
     enabled: bool = False
     devices: list[MigDeviceSpec] = []
 
 
-class VGpuSpec(_Strict):
+class VGpuSpec(_Strict, forbid_unknown_fields=True, frozen=True):
     host_driver_version: str | None = None
     host_driver_branch: str | None = None
 
 
-class DeviceSpec(_Strict):
+class DeviceSpec(_Strict, forbid_unknown_fields=True, frozen=True):
     """One simulated full GPU."""
 
-    name: Annotated[str, Field(min_length=1)]
+    name: Annotated[str, Meta(min_length=1)]
     uuid: str | None = None
-    memory_mib: Annotated[int, Field(ge=0)] | None = None
+    memory_mib: Count | None = None
     compute_capability: str | None = None  # "8.0"
     pci_class: str | None = None  # "0x030200"
     pci_bus_id: str | None = None
@@ -67,27 +71,23 @@ class DeviceSpec(_Strict):
     clique: str | None = None
     vgpu: VGpuSpec | None = None
 
-    @field_validator("compute_capability")
-    @classmethod
-    def _check_cc(cls, value: str | None) -> str | None:
-        if value is not None:
-            major, _, minor = value.partition(".")
+    def __post_init__(self) -> None:
+        if self.compute_capability is not None:
+            major, _, minor = self.compute_capability.partition(".")
             if not (major.isdigit() and minor.isdigit()):
-                raise ValueError(f"expected MAJOR.MINOR such as '8.0', got {value!r}")
-        return value
-
-    @field_validator("pci_class")
-    @classmethod
-    def _check_class(cls, value: str | None) -> str | None:
-        if value is not None:
+                raise ValueError(
+                    f"compute_capability: expected MAJOR.MINOR such as '8.0', got {self.compute_capability!r}"
+                )
+        if self.pci_class is not None:
             try:
-                int(value, 16)
+                int(self.pci_class, 16)
             except ValueError:
-                raise ValueError(f"expected a hex PCI class such as '0x030200', got {value!r}") from None
-        return value
+                raise ValueError(
+                    f"pci_class: expected a hex PCI class such as '0x030200', got {self.pci_class!r}"
+                ) from None
 
 
-class JetsonSpec(_Strict):
+class JetsonSpec(_Strict, forbid_unknown_fields=True, frozen=True):
     """What a Jetson's tegra files would say (optional; simulates a Jetson without a host root)."""
 
     model: str | None = None  # "NVIDIA Jetson Orin Nano Developer Kit"
@@ -97,10 +97,10 @@ class JetsonSpec(_Strict):
     power_mode: str | None = None  # "15W"
 
 
-class MachineProfile(_Strict):
+class MachineProfile(_Strict, forbid_unknown_fields=True, frozen=True):
     machine: str | None = None
     driver_version: str | None = None
-    cuda_driver_version: Annotated[int, Field(ge=1000)] | None = None
+    cuda_driver_version: Annotated[int, Meta(ge=1000)] | None = None
     devices: list[DeviceSpec] = []
     jetson: JetsonSpec | None = None
 
@@ -112,7 +112,7 @@ class MachineProfile(_Strict):
             cuda_driver_version=self.cuda_driver_version,
             machine=self.machine,
             devices=tuple(_device(i, d) for i, d in enumerate(self.devices)),
-            jetson=JetsonFacts(**self.jetson.model_dump()) if self.jetson is not None else None,
+            jetson=JetsonFacts(**msgspec.structs.asdict(self.jetson)) if self.jetson is not None else None,
         )
 
 
@@ -132,13 +132,15 @@ def _device(index: int, d: DeviceSpec) -> Device:
         pci_bus_id=d.pci_bus_id,
         mig_capable=mig is not None,
         mig_enabled=bool(mig and mig.enabled),
-        mig_devices=tuple(MigDevice(**m.model_dump()) for m in mig.devices) if mig and mig.enabled else (),
+        mig_devices=tuple(MigDevice(**msgspec.structs.asdict(m)) for m in mig.devices)
+        if mig and mig.enabled
+        else (),
         clique=d.clique,
-        vgpu=VGpuInfo(**d.vgpu.model_dump()) if d.vgpu is not None else None,
+        vgpu=VGpuInfo(**msgspec.structs.asdict(d.vgpu)) if d.vgpu is not None else None,
     )
 
 
-MACHINE_PROFILE_FIELDS = frozenset(MachineProfile.model_fields)
+MACHINE_PROFILE_FIELDS = frozenset(MachineProfile.__struct_fields__)
 _EXPECTED = "a machine profile (machine, driver_version, devices: [...]; schema in docs/gfd.md)"
 # Top-level keys of NVIDIA's device-plugin config file, the YAML most easily passed here by mistake.
 CONFIG_FILE_FIELDS = frozenset({"version", "flags", "resources", "sharing", "imex"})
@@ -147,10 +149,11 @@ CONFIG_FILE_FIELDS = frozenset({"version", "flags", "resources", "sharing", "ime
 def load_machine_profile(path: str | Path) -> MachineProfile:
     """Read and validate a profile file, or raise MachineProfileError with a one-line reason."""
     path = Path(path)
+    data = read_mapping(path, MachineProfileError, "profile")
     try:
-        profile = load_model(path, MachineProfile, MachineProfileError, "profile")
+        profile = to_struct(path, data, MachineProfile, MachineProfileError)
     except MachineProfileError:
-        if _top_level_keys(path) & CONFIG_FILE_FIELDS:
+        if {str(key) for key in data} & CONFIG_FILE_FIELDS:
             raise MachineProfileError(
                 f"{path}: this is a device-plugin config file (for --config-file), expected {_EXPECTED}"
             ) from None
@@ -158,12 +161,3 @@ def load_machine_profile(path: str | Path) -> MachineProfile:
     if profile == MachineProfile():
         raise MachineProfileError(f"{path}: the profile is empty, expected {_EXPECTED}")
     return profile
-
-
-def _top_level_keys(path: Path) -> frozenset[str]:
-    """The keys of a YAML mapping file; empty when it is no readable mapping (the first error stands)."""
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return frozenset()
-    return frozenset(str(k) for k in data) if isinstance(data, dict) else frozenset()

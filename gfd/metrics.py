@@ -1,8 +1,4 @@
-"""Prometheus metrics of the daemon loop, served only when --metrics-address is given.
-
-``prometheus_client`` is imported only then: it costs several MiB of memory
-that a oneshot run or an unscraped daemon should not pay.
-"""
+"""Prometheus metrics of the daemon loop (``promtext``), kept and served only with --metrics-address."""
 
 from __future__ import annotations
 
@@ -27,9 +23,9 @@ class Metrics:
 
 class PrometheusMetrics(Metrics):
     def __init__(self, registry: Any = None) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge
+        from promtext import Counter, Gauge, Registry
 
-        self.registry = registry if registry is not None else CollectorRegistry()
+        self.registry = registry if registry is not None else Registry()
         r = self.registry
         self.passes = Counter("gfd_passes", "Probe-and-label passes run.", registry=r)
         self.errors = Counter("gfd_errors", "Failed passes, by the layer that failed.", ["layer"], registry=r)
@@ -67,11 +63,11 @@ class PrometheusMetrics(Metrics):
         self.failures.labels(layer=layer, error=error).inc()
 
     def serve(self, host: str, port: int) -> None:
-        from prometheus_client import make_wsgi_app
+        from hostport.serving import RouteServer  # within a connection cap, each connection timing out
+        from promtext import CONTENT_TYPE
 
-        from hostport.serving import serve_wsgi  # within a connection cap, each connection timing out
-
-        serve_wsgi(host, port, make_wsgi_app(self.registry))
+        metrics = {"/metrics": lambda: (200, self.registry.exposition(), CONTENT_TYPE)}
+        RouteServer(host, port, metrics, name="gfd-metrics").start()
 
 
 def start_metrics(address: tuple[str, int] | None) -> Metrics:

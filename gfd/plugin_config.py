@@ -16,21 +16,14 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    StrictBool,
-    StrictInt,
-    StrictStr,
-    field_validator,
-)
+import msgspec
+from msgspec import Meta
 
 from gfd.durations import parse_interval
 from gfd.machine_profile import MACHINE_PROFILE_FIELDS
 from gfd.settings import FILE_FIELDS
 from gfd.sharing_config import SHARED_RENAME_SUFFIX, ReplicatedResource, ReplicatedResources, SharingConfig
-from gfd.yamlfile import load_model
+from gfd.yamlfile import read_mapping, to_struct
 from k8slabels import prefix_problem
 
 __all__ = ["PluginConfig", "PluginConfigError", "load_plugin_config"]
@@ -76,65 +69,53 @@ class PluginConfig:
     sharing: SharingConfig | None  # None: the file has no sharing section
 
 
-class _Model(BaseModel):
-    # Unknown keys are ignored: one file is shared with the device plugin, which has many more.
-    model_config = ConfigDict(extra="ignore", frozen=True)
+class _Section(msgspec.Struct, frozen=True):
+    """Unknown keys are ignored: one file is shared with the device plugin, which has many more."""
 
 
-class _Resource(_Model):
+class _Resource(_Section, frozen=True):
     name: str
-    rename: str | None = None
     # NVIDIA refuses a file that replicates a resource fewer than 2 times.
-    replicas: Annotated[StrictInt, Field(ge=2)]
-    devices: StrictStr | StrictInt | list[StrictInt | StrictStr] = "all"
-
-    @field_validator("devices")
-    @classmethod
-    def _check_devices(cls, value: str | int | list[int | str]) -> str | int | list[int | str]:
-        """NVIDIA's forms: ``all``, a count above 0, or a list of GPU indices, MIG indices or UUIDs."""
-        if isinstance(value, str):
-            if value != "all":
-                raise ValueError(f"expected 'all', a count or a list of devices, got {value!r}")
-        elif isinstance(value, int):
-            if value <= 0:
-                raise ValueError(f"a count of devices must be more than 0, got {value}")
-        else:
-            for item in value:
-                bad = item < 0 if isinstance(item, int) else not _is_device_ref(item)
-                if bad:
-                    raise ValueError(f"{item!r} is no GPU index, MIG index (GPU:MIG), or GPU-/MIG- UUID")
-        return value
+    replicas: Annotated[int, Meta(ge=2)]
+    rename: str | None = None
+    devices: str | int | list[int | str] = "all"
 
 
-class _Replicated(_Model):
-    renameByDefault: StrictBool = False
-    failRequestsGreaterThanOne: StrictBool = False  # checked, unused: it governs allocation, not labels
-    resources: Annotated[list[_Resource], Field(min_length=1)]
+class _Replicated(_Section, frozen=True):
+    resources: Annotated[list[_Resource], Meta(min_length=1)]
+    renameByDefault: bool = False
+    failRequestsGreaterThanOne: bool = False  # checked, unused: it governs allocation, not labels
 
 
-class _Sharing(_Model):
+class _Sharing(_Section, frozen=True):
     timeSlicing: _Replicated | None = None
     mps: _Replicated | None = None
 
 
-class _Config(_Model):
-    # Other keys are kept (not refused: the device plugin reads more) to recognise a machine profile.
-    model_config = ConfigDict(extra="allow", frozen=True)
-
+class _Config(_Section, frozen=True):
     version: str | None = "v1"  # empty or null means v1, as NVIDIA reads it
     flags: dict[str, Any] | None = None  # read as gfd.settings declares its fields, by _flags
     sharing: _Sharing | None = None
 
 
+def _devices_problem(value: str | int | list[int | str]) -> str | None:
+    """NVIDIA's forms: ``all``, a count above 0, or a list of GPU indices, MIG indices or UUIDs."""
+    if isinstance(value, str):
+        return None if value == "all" else f"expected 'all', a count or a list of devices, got {value!r}"
+    if isinstance(value, int):
+        return None if value > 0 else f"a count of devices must be more than 0, got {value}"
+    for item in value:
+        if item < 0 if isinstance(item, int) else not _is_device_ref(item):
+            return f"{item!r} is no GPU index, MIG index (GPU:MIG), or GPU-/MIG- UUID"
+    return None
+
+
 def load_plugin_config(path: str | Path) -> PluginConfig:
     """Read and check a device-plugin config file (YAML or JSON)."""
     path = Path(path)
-    model = load_model(path, _Config, PluginConfigError, "config file")
-    if (
-        model.flags is None
-        and model.sharing is None
-        and set(model.model_extra or {}) & MACHINE_PROFILE_FIELDS
-    ):
+    data = read_mapping(path, PluginConfigError, "config file")
+    model = to_struct(path, data, _Config, PluginConfigError)
+    if model.flags is None and model.sharing is None and {str(key) for key in data} & MACHINE_PROFILE_FIELDS:
         raise PluginConfigError(
             f"{path}: this is a machine profile (for --backend mock --mock-profile), expected NVIDIA's "
             "device-plugin config file (version, flags, sharing)"
@@ -196,6 +177,8 @@ def _replicated(path: Path, where: str, section: _Replicated) -> ReplicatedResou
     resources = []
     for i, entry in enumerate(section.resources):
         here = f"{where}.resources.{i}"
+        if problem := _devices_problem(entry.devices):
+            raise PluginConfigError(f"{path}: field {here}.devices: {problem}")
         name = resource_name(path, f"{here}.name", entry.name)
         rename = resource_name(path, f"{here}.rename", entry.rename) if entry.rename is not None else None
         effective = name + SHARED_RENAME_SUFFIX if section.renameByDefault else None

@@ -9,7 +9,8 @@ derived from ``FLAGS``, the two together: the command line, its help and the "(d
 (``gfd.plugin_config``), and the flag, variable or file field that every error message names.
 
 The flags and variables are NVIDIA gpu-feature-discovery's, so an existing DaemonSet spec keeps
-working; ours follow the same ``GFD_`` naming. Nothing here imports pydantic (``gfd.config`` says why).
+working; ours follow the same ``GFD_`` naming. Nothing here imports a parsing library (``gfd.config``
+says why).
 """
 
 from __future__ import annotations

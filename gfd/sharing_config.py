@@ -1,7 +1,7 @@
 """The GPU sharing settings of an NVIDIA device-plugin config file (its ``sharing`` section), as plain data.
 
 ``gfd.plugin_config`` parses the file into these; the labelers read them. The
-class lives apart from the parser so the labelling core needs no pydantic.
+class lives apart from the parser so the labelling core needs no parsing library.
 """
 
 from __future__ import annotations

@@ -11,9 +11,9 @@ from __future__ import annotations
 import socket
 import socketserver
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any, cast
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 CONNECTION_TIMEOUT = 5.0  # seconds a connection may stay silent while its request is read or answered
 MAX_CONNECTIONS = 16  # connections served at once; a scrape and two probes need three
@@ -52,9 +52,9 @@ class BoundedThreadingMixIn(socketserver.ThreadingMixIn):
             self._slot().release()
 
 
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        """Scrapes are not worth a log line each."""
+# What a path answers: its status, body and content type, computed per request.
+Answer = tuple[int, bytes, str]
+Routes = Mapping[str, Callable[[], Answer]]
 
 
 def address_family(host: str, port: int) -> tuple[socket.AddressFamily, str]:
@@ -65,14 +65,36 @@ def address_family(host: str, port: int) -> tuple[socket.AddressFamily, str]:
     return family, str(sockaddr[0])
 
 
-def serve_wsgi(host: str, port: int, app: Callable[..., Any]) -> WSGIServer:
-    """``app`` served on host:port by a daemon thread, within the connection cap and timeouts."""
-    family, bind = address_family(host, port)
+class RouteServer:
+    """GET ``routes`` (path -> answer) on host:port, from a daemon thread, within the connection cap and
+    timeouts; any other path is 404."""
 
-    class Server(BoundedThreadingMixIn, WSGIServer):
-        address_family = family
+    def __init__(self, host: str, port: int, routes: Routes, *, name: str) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                route = routes.get(self.path.split("?", 1)[0])
+                code, body, content_type = route() if route else (404, b"not found\n", "text/plain")
+                self.send_response(code)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
 
-    server = Server((bind, port), _QuietHandler)
-    server.set_app(app)
-    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
-    return server
+            def log_message(self, format: str, *args: object) -> None:
+                """Scrapes and probes are not worth a log line each."""
+
+        family, bind = address_family(host, port)
+
+        class Server(BoundedThreadingMixIn, HTTPServer):
+            address_family = family
+
+        self.server = Server((bind, port), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, name=name, daemon=True)
+
+    def start(self) -> RouteServer:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -49,6 +49,20 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+class _ShowVersion(argparse.Action):
+    """``--version``: the installed version, looked up only when asked (importlib.metadata and the
+    distribution's metadata cost about 3 MiB that every start would otherwise hold)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **_: Any) -> None:
+        super().__init__(
+            option_strings, dest, default=argparse.SUPPRESS, nargs=0, help="show the version and exit"
+        )
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        print(f"nfd-lite {_version()}")
+        parser.exit()
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -93,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
         "2 bad flags or configuration, said in one 'nfd-lite: error:' line.",
         formatter_class=_HelpFormatter,
     )
-    p.add_argument("--version", action="version", version=f"nfd-lite {_version()}")
+    p.add_argument("--version", action=_ShowVersion)
     p.add_argument(
         "command",
         nargs="?",
@@ -225,7 +239,7 @@ def dry_run(
 
 
 def _light_kubernetes_import() -> None:
-    """Import the client's ``ApiClient`` without ``kubernetes/__init__``, which eagerly imports the
+    """Import the client's kubeconfig loader without ``kubernetes/__init__``, which eagerly imports the
     dynamic client, watch, stream, leader election and jsonschema (about 10 MiB resident) that this
     program never uses. Only done in the command's own process, never when imported as a library."""
     if "kubernetes" in sys.modules:
@@ -244,13 +258,15 @@ def _light_kubernetes_import() -> None:
 
 def _api(args: argparse.Namespace) -> NodeApi:
     from nfd_lite.client import NodeApi
-    from nfd_lite.incluster import in_cluster_configuration
-    from nfd_lite.kubeconfig import kubeconfig_configuration
 
     if args.kubeconfig:
-        return NodeApi(kubeconfig_configuration(args.kubeconfig), args.node_name)
-    configuration, token = in_cluster_configuration()
-    return NodeApi(configuration, args.node_name, token=token)
+        _light_kubernetes_import()  # the kubeconfig loader is the official client's
+        from nfd_lite.kubeconfig import kubeconfig_connection
+
+        return NodeApi(kubeconfig_connection(args.kubeconfig), args.node_name)
+    from nfd_lite.incluster import in_cluster_connection
+
+    return NodeApi(in_cluster_connection(), args.node_name)
 
 
 def _run(args: argparse.Namespace, policy: Policy, dirs: list[Path]) -> int:
@@ -353,7 +369,6 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if not args.node_name:
             raise UsageError("--node-name (or env NODE_NAME) is required")
-        _light_kubernetes_import()
         from nfd_lite.clientconfig import ClientConfigError
 
         try:

@@ -1,26 +1,22 @@
-"""A thin own-Node client on the official ``kubernetes`` client's raw ``ApiClient.call_api``.
-
-``CoreV1Api`` would import some 250 model modules (about 20 MiB more resident memory) to hand back
-objects this writer only reads three fields of, so requests go through ``call_api`` and JSON comes
-back as dicts. Every request carries a timeout. Only the start-up self-check names another node, in a
-list of one and a dry-run patch that the server never stores (``probe_other_node``). A failure is raised
-as the ``apierrors`` class saying what it means.
+"""A thin own-Node client: JSON over one urllib3 pool (``connection`` says why not the official client's
+request layer), handed back as dicts. Every request carries a timeout. Only the start-up self-check names
+another node, in a list of one and a dry-run patch that the server never stores (``probe_other_node``). A
+failure is raised as the ``apierrors`` class saying what it means.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
+import socket
+import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
-from urllib.parse import quote
-
-import urllib3
-from kubernetes.client.api_client import ApiClient
-from kubernetes.client.configuration import Configuration
+from urllib.parse import quote, urlencode
 
 from nfd_lite.apierrors import ConnectionFailed, api_error, response_error
-from nfd_lite.incluster import TokenFile
+from nfd_lite.connection import Connection
 
 log = logging.getLogger(__name__)
 
@@ -28,41 +24,48 @@ MERGE_PATCH = "application/merge-patch+json"
 USER_AGENT = "nfd-lite/0.1"
 FIELD_MANAGER = "nfd-lite"
 _NODES = "/api/v1/nodes"
+# What a broken or timed-out connection raises: socket and TLS errors are OSErrors, a garbled or cut-off
+# answer an HTTPException.
+_NO_ANSWER = (OSError, http.client.HTTPException)
 
 
 class NodeApi:
-    """GET/PATCH/LIST/WATCH of one Node. Retries live in the caller; this only classifies failures."""
+    """GET/PATCH/LIST/WATCH of one Node. Retries live in the caller; this only classifies failures.
 
-    def __init__(
-        self,
-        configuration: Configuration,
-        node_name: str,
-        *,
-        request_timeout: float = 10.0,
-        token: TokenFile | None = None,
-    ) -> None:
-        configuration.retries = False  # urllib3 must not retry behind our back: the caller retries and counts
-        configuration.keep_alive = True  # TCP keep-alive probes find a dead peer under an idle watch
-        self.configuration = configuration
-        self.api = ApiClient(configuration)
-        self.api.user_agent = USER_AGENT
+    Each thread keeps one connection alive for its requests (the main loop's passes, the watch thread's
+    lists); each watch has a connection of its own, closed when the watch ends. A connection that failed
+    is dropped, and the next request opens a new one."""
+
+    def __init__(self, connection: Connection, node_name: str, *, request_timeout: float = 10.0) -> None:
+        self.connection = connection
         self.node_name = node_name
         self.request_timeout = request_timeout
-        self.token = token
         self._path = "/api/v1/nodes/" + quote(node_name, safe="")
-        self.current_watch: Any = None
+        self._kept = threading.local()
+        self._watch_lock = threading.Lock()
+        self._watching: http.client.HTTPConnection | None = None
 
     def abort_watch(self) -> None:
         """Unblock a watch read from another thread (used on shutdown)."""
-        response = self.current_watch
-        if response is not None:
+        with self._watch_lock:
+            watching = self._watching
+        if watching is not None and watching.sock is not None:
             try:
-                getattr(response, "shutdown", response.close)()
-            except Exception as err:  # best effort while stopping
+                watching.sock.shutdown(socket.SHUT_RDWR)
+            except OSError as err:  # already closed: nothing to unblock
                 log.debug("closing the watch: %s", err)
 
     def close(self) -> None:
-        self.api.rest_client.close()
+        kept: http.client.HTTPConnection | None = getattr(self._kept, "connection", None)
+        if kept is not None:
+            kept.close()
+            self._kept.connection = None
+
+    def _kept_connection(self) -> http.client.HTTPConnection:
+        kept: http.client.HTTPConnection | None = getattr(self._kept, "connection", None)
+        if kept is None:
+            kept = self._kept.connection = self.connection.open(self.request_timeout)
+        return kept
 
     def _send(
         self,
@@ -71,35 +74,52 @@ class NodeApi:
         query: list[tuple[str, str]] | None = None,
         body: Any = None,
         content_type: str | None = None,
-        timeout: float | tuple[float, float] | None = None,
-        stream: bool = False,
     ) -> Any:
-        headers = {"Accept": "application/json"}
-        verb = "watch" if stream else "list" if path == _NODES else method.lower()
+        """One request on this thread's kept connection; its JSON answer."""
+        verb = "list" if path == _NODES else method.lower()
+        connection = self._kept_connection()
+        try:
+            answer = self._answer(connection, verb, method, path, query, body, content_type).read()
+        except _NO_ANSWER as err:
+            connection.close()
+            self._kept.connection = None
+            raise ConnectionFailed(0, f"{method} {path}: {type(err).__name__}: {err}", verb=verb) from err
+        try:
+            return json.loads(answer)
+        except ValueError as err:
+            raise ConnectionFailed(0, f"{method} {path}: undecodable answer: {err}", verb=verb) from err
+
+    def _answer(
+        self,
+        connection: http.client.HTTPConnection,
+        verb: str,
+        method: str,
+        path: str,
+        query: list[tuple[str, str]] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+    ) -> http.client.HTTPResponse:
+        """The 2xx answer to one request, its body not yet read; a 401 renews the credentials and tries
+        once more (a rotated token), any other failure is raised as what it means."""
+        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
         if content_type:
             headers["Content-Type"] = content_type
+        target = self.connection.prefix + path + ("?" + urlencode(query) if query else "")
+        data = None if body is None else json.dumps(body).encode()
+        credentials = self.connection.credentials
         for attempt in (1, 2):
-            request = self.api.param_serialize(
-                method,
-                path,
-                query_params=query,
-                header_params=dict(headers),
-                body=body,
-                auth_settings=["BearerToken"],
-            )
-            try:
-                response = self.api.call_api(*request, _request_timeout=timeout or self.request_timeout)
-            except (urllib3.exceptions.HTTPError, OSError) as err:
-                raise ConnectionFailed(0, f"{method} {path}: {type(err).__name__}: {err}", verb=verb) from err
+            authorization = credentials.authorization() if credentials is not None else None
+            if authorization:
+                headers["Authorization"] = authorization
+            connection.request(method, target, body=data, headers=headers)
+            response = connection.getresponse()
             if 200 <= response.status < 300:
-                if stream:
-                    return response.response
-                return json.loads(response.read())
-            data = response.read()
-            if response.status == 401 and attempt == 1 and self.token is not None:
-                self.token.force(self.configuration)  # a rotated token: read it and try once more
+                return response
+            answer = response.read()
+            if response.status == 401 and attempt == 1 and credentials is not None:
+                credentials.renew()
                 continue
-            raise response_error(response.status, data, response.headers, verb=verb)
+            raise response_error(response.status, answer, dict(response.headers.items()), verb=verb)
         raise AssertionError("unreachable")
 
     def get_node(self) -> dict[str, Any]:
@@ -157,27 +177,30 @@ class NodeApi:
             ("timeoutSeconds", str(timeout_seconds)),
         ]
         # Connect quickly; allow the read to wait as long as the server may keep the watch open.
-        response = self._send(
-            "GET", _NODES, query, timeout=(self.request_timeout, timeout_seconds + 30.0), stream=True
-        )
-        self.current_watch = response
+        connection = self.connection.open(self.request_timeout)
+        with self._watch_lock:
+            self._watching = connection
         try:
-            buffer = b""
-            for chunk in response.stream(amt=None, decode_content=False):
-                buffer += chunk
-                *lines, buffer = buffer.split(b"\n")
-                for line in lines:
+            try:
+                response = self._answer(connection, "watch", "GET", _NODES, query)
+                assert connection.sock is not None
+                connection.sock.settimeout(timeout_seconds + 30.0)
+                for line in response:
                     if not line.strip():
                         continue
                     event = json.loads(line)
                     if event.get("type") == "ERROR":
-                        status = event.get("object") or {}
-                        code = int(status.get("code") or 500)
-                        raise api_error(code, str(status.get("message") or "watch error"), verb="watch")
+                        status_object = event.get("object") or {}
+                        code = int(status_object.get("code") or 500)
+                        raise api_error(
+                            code, str(status_object.get("message") or "watch error"), verb="watch"
+                        )
                     yield event
-        except (urllib3.exceptions.HTTPError, OSError) as err:
-            raise ConnectionFailed(0, f"watch: {type(err).__name__}: {err}", verb="watch") from err
-        except ValueError as err:
-            raise ConnectionFailed(0, f"watch: undecodable event: {err}", verb="watch") from err
+            except _NO_ANSWER as err:
+                raise ConnectionFailed(0, f"watch: {type(err).__name__}: {err}", verb="watch") from err
+            except ValueError as err:
+                raise ConnectionFailed(0, f"watch: undecodable event: {err}", verb="watch") from err
         finally:
-            response.release_conn()
+            with self._watch_lock:
+                self._watching = None
+            connection.close()

@@ -7,8 +7,6 @@ from __future__ import annotations
 import ssl
 from urllib.parse import urlsplit
 
-import urllib3
-
 
 class ClientConfigError(Exception):
     """The client cannot be configured (one line for the user)."""
@@ -47,10 +45,10 @@ def server_problem(url: object) -> str | None:
     if not isinstance(url, str) or not url:
         return "no server URL"
     try:
-        urlsplit(url)  # the client's Configuration parses it so too, and raises on odd brackets
-        parsed = urllib3.util.parse_url(url)
-    except (ValueError, urllib3.exceptions.LocationParseError):
+        parsed = urlsplit(url)
+        parsed.port  # noqa: B018 - raises on a port that is not a number in range
+    except ValueError:
         return f"server {url!r} is not a URL"
-    if parsed.scheme not in ("https", "http") or not parsed.host:
+    if parsed.scheme not in ("https", "http") or not parsed.hostname:
         return f"server {url!r} is not an https://host[:port] URL"
     return None

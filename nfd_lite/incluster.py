@@ -7,11 +7,10 @@ import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
-
-import urllib3
-from kubernetes.client.configuration import Configuration
+from urllib.parse import urlsplit
 
 from nfd_lite.clientconfig import ClientConfigError, check_tls, server_problem
+from nfd_lite.connection import Connection
 
 log = logging.getLogger(__name__)
 
@@ -19,8 +18,9 @@ SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
 class TokenFile:
-    """A projected service-account token: the kubelet rotates it, so it is re-read whenever the file
-    changes (checked on every request; a stat is cheap) and whenever the server answers 401."""
+    """A projected service-account token (``Credentials``): the kubelet rotates it, so it is re-read
+    whenever the file changes (checked on every request; a stat is cheap) and whenever the server
+    answers 401."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -36,24 +36,25 @@ class TokenFile:
         self._stamp = (info.st_ino, info.st_mtime_ns, info.st_size)
         return self.token
 
-    def refresh(self, configuration: Configuration) -> None:
+    def authorization(self) -> str:
         try:
             info = os.stat(self.path)
         except OSError:
-            return  # keep the last token; the server will say if it is no longer good
-        if (info.st_ino, info.st_mtime_ns, info.st_size) != self._stamp:
-            self.force(configuration)
+            info = None  # keep the last token; the server will say if it is no longer good
+        if info is not None and (info.st_ino, info.st_mtime_ns, info.st_size) != self._stamp:
+            self.renew()
+        return f"Bearer {self.token}"
 
-    def force(self, configuration: Configuration) -> None:
+    def renew(self) -> None:
         try:
-            configuration.api_key["BearerToken"] = self.read()
+            self.read()
         except ClientConfigError as err:
             log.warning("%s", err)
 
 
-def in_cluster_configuration(
+def in_cluster_connection(
     sa_dir: Path = SERVICE_ACCOUNT_DIR, environ: Mapping[str, str] = os.environ
-) -> tuple[Configuration, TokenFile]:
+) -> Connection:
     host, port = environ.get("KUBERNETES_SERVICE_HOST", ""), environ.get("KUBERNETES_SERVICE_PORT", "")
     if not host and not port:
         raise ClientConfigError(
@@ -69,19 +70,13 @@ def in_cluster_configuration(
     if ":" in host:
         host = f"[{host}]"
     url = f"https://{host}:{port}"
-    if server_problem(url) or urllib3.util.parse_url(url).port != int(port):
+    if server_problem(url) or urlsplit(url).port != int(port):
         raise ClientConfigError(
             f"KUBERNETES_SERVICE_HOST={environ['KUBERNETES_SERVICE_HOST']!r} is not a host"
         )
-    config = Configuration()
-    config.host = url
     ca = sa_dir / "ca.crt"
     check_tls((f"service account CA {ca}", str(ca)), None)
-    config.ssl_ca_cert = str(ca)
     token = TokenFile(sa_dir / "token")
     if not token.read():
         raise ClientConfigError(f"service account token {token.path} is empty")
-    config.api_key["BearerToken"] = token.token
-    config.api_key_prefix["BearerToken"] = "Bearer"
-    config.refresh_api_key_hook = token.refresh  # type: ignore[assignment]
-    return config, token
+    return Connection(url, credentials=token, ca_file=str(ca))

@@ -1,4 +1,5 @@
-"""The client configuration of a kubeconfig file's current context (``--kubeconfig``).
+"""The connection of a kubeconfig file's current context (``--kubeconfig``), read by the official
+client's kubeconfig loader (exec credential plugins, OIDC, token files), which only this mode loads.
 
 The official client's loader crashes on most mistakes in the file, or logs them and goes on without
 credentials; the file is therefore checked first, so that every mistake is one ClientConfigError line
@@ -10,12 +11,15 @@ from __future__ import annotations
 import base64
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
-from kubernetes.client.configuration import Configuration
 
 from nfd_lite.clientconfig import ClientConfigError, check_tls, server_problem
+from nfd_lite.connection import Connection
+
+if TYPE_CHECKING:
+    from kubernetes.client.configuration import Configuration
 
 
 def _read_kubeconfig(path: Path) -> dict[str, Any]:
@@ -123,9 +127,29 @@ class _LoaderErrors(logging.Filter):
         return True
 
 
-def kubeconfig_configuration(path: Path) -> Configuration:
-    """The client configuration of ``path``'s current context. Every mistake in the file is one
-    ClientConfigError line naming the file; the client's own loader would crash on most of them."""
+class LoadedCredentials:
+    """The credentials the loader set (``Credentials``): a token, static or from an exec plugin or OIDC,
+    which the loader's own hook renews before it expires, or a username and password."""
+
+    def __init__(self, config: Configuration) -> None:
+        self.config = config
+
+    def authorization(self) -> str | None:
+        token = self.config.get_api_key_with_prefix("BearerToken", alias="authorization")
+        if token:
+            return str(token)
+        if self.config.username or self.config.password:
+            return str(self.config.get_basic_auth_token())
+        return None
+
+    def renew(self) -> None:
+        """Nothing beyond what ``authorization`` does: the loader renews a credential when it expires."""
+
+
+def kubeconfig_connection(path: Path) -> Connection:
+    """The connection of ``path``'s current context. Every mistake in the file is one ClientConfigError
+    line naming the file; the client's own loader would crash on most of them."""
+    from kubernetes.client.configuration import Configuration
     from kubernetes.config.config_exception import ConfigException
     from kubernetes.config.kube_config import KubeConfigLoader
 
@@ -167,4 +191,13 @@ def kubeconfig_configuration(path: Path) -> Configuration:
             check_tls((ca_what, config.ssl_ca_cert) if config.ssl_ca_cert else None, client)
         except ClientConfigError as err:
             raise ClientConfigError(f"{where}: {err}") from None
-    return config
+    return Connection(
+        config.host,
+        credentials=LoadedCredentials(config),
+        ca_file=config.ssl_ca_cert,
+        cert_file=config.cert_file,
+        key_file=config.key_file,
+        verify=bool(config.verify_ssl),
+        server_name=getattr(config, "tls_server_name", None),
+        proxy=config.proxy,
+    )

@@ -1,13 +1,13 @@
-"""Prometheus metrics of one writer, in a registry of its own (tests run several in one process)."""
+"""The writer's metrics (``promtext``), in a registry of its own (tests run several in one process)."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from promtext import Counter, Gauge, Registry
 
 
 class WriterMetrics:
     def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry = Registry()
         self.writes = Counter(
             "nfd_lite_writes", "PATCH requests that changed the Node", registry=self.registry
         )

@@ -72,19 +72,52 @@ class PciGpu:
 
 def scan_pci(host_root: Path) -> tuple[list[PciGpu], list[int | None]]:
     """NVIDIA's display-class functions (GPUs), and the classes of its other ones (HDMI audio, NVSwitch)."""
-    gpus: list[PciGpu] = []
-    others: list[int | None] = []
-    base = host_root / PCI_DIR
-    for dev in sorted(base.iterdir()) if base.is_dir() else []:
-        if read_hex(dev / "vendor") != NVIDIA_VENDOR:
-            continue
-        pci_class = read_hex(dev / "class")
-        if pci_class is not None and pci_class >> 16 != decoding.PCI_BASE_DISPLAY:
-            others.append(pci_class)
-            continue
-        driver = _link_name(dev / "driver")
-        gpus.append(PciGpu(dev.name, read_hex(dev / "device"), pci_class, driver, (dev / "physfn").exists()))
-    return gpus, others
+    return PciBus(host_root).scan()
+
+
+_PciIds = tuple[int | None, int | None, int | None]  # vendor, class, device
+
+
+class PciBus:
+    """``scan_pci`` for a daemon that scans every pass: a function's vendor, class and device IDs never
+    change while its sysfs entry exists, so they are read once per entry (an entry removed and added again
+    has a new inode, and is read again); the driver binding, which does change, is read on every scan. A
+    server has a hundred or more PCI functions, and reading all their IDs cost more than NVML's reads."""
+
+    def __init__(self, host_root: Path) -> None:
+        self.base = host_root / PCI_DIR
+        self._ids: dict[tuple[str, int], _PciIds] = {}
+
+    def scan(self) -> tuple[list[PciGpu], list[int | None]]:
+        gpus: list[PciGpu] = []
+        others: list[int | None] = []
+        seen: dict[tuple[str, int], _PciIds] = {}
+        try:
+            with os.scandir(self.base) as entries:
+                found = sorted((entry.name, entry.inode()) for entry in entries)
+        except OSError:
+            found = []
+        for key in found:
+            ids = seen[key] = self._ids.get(key) or self._read_ids(self.base / key[0])
+            vendor, pci_class, device_id = ids
+            if vendor != NVIDIA_VENDOR:
+                continue
+            if pci_class is not None and pci_class >> 16 != decoding.PCI_BASE_DISPLAY:
+                others.append(pci_class)
+                continue
+            dev = self.base / key[0]
+            gpus.append(
+                PciGpu(dev.name, device_id, pci_class, _link_name(dev / "driver"), (dev / "physfn").exists())
+            )
+        self._ids = seen
+        return gpus, others
+
+    @staticmethod
+    def _read_ids(dev: Path) -> _PciIds:
+        vendor = read_hex(dev / "vendor")
+        if vendor != NVIDIA_VENDOR:
+            return vendor, None, None
+        return vendor, read_hex(dev / "class"), read_hex(dev / "device")
 
 
 def _link_name(path: Path) -> str | None:

@@ -19,7 +19,7 @@ class MockBackend:
         self.profile_path = Path(profile_path)
 
     def probe(self) -> Inventory:
-        from gfd.machine_profile import (  # pulls in pydantic: only for mock runs
+        from gfd.machine_profile import (  # YAML and msgspec: only for mock runs
             MachineProfileError,
             load_machine_profile,
         )

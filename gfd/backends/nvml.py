@@ -24,7 +24,7 @@ from gfd.backends import decoding
 from gfd.backends.bounded import BoundedReads, TimedOut
 from gfd.backends.errors import BackendError, NvmlFailed
 from gfd.backends.gpu_health import XidMarks, failure_line, reconcile
-from gfd.backends.host import PCI_DIR, PciGpu, scan_pci
+from gfd.backends.host import PCI_DIR, PciBus, PciGpu
 from gfd.backends.nvml_errors import (
     STACK_WIDE,
     TIMEOUT,
@@ -34,6 +34,7 @@ from gfd.backends.nvml_errors import (
     nvml_symbol,
     probe_error,
 )
+from gfd.backends.nvml_known import GpuKey, KnownFacts, MigKey, StaticGpu, attribute_values
 from gfd.inventory import Device, GpuFailure, Health, Inventory, MigDevice
 
 if TYPE_CHECKING:
@@ -65,6 +66,8 @@ class NvmlBackend:
         self.reads = BoundedReads(gpu_timeout)
         self.xid_marks = XidMarks()  # kept across passes: a fatal Xid marks its GPU until it was reset
         self.bus_ids: dict[int, str] = {}  # each GPU's sysfs bus id as earlier passes read it
+        self.known = KnownFacts()  # what each GPU and MIG device said that cannot change while it exists
+        self.pci_bus = PciBus(self.host_root)
         self._watch: XidWatch | None = None
 
     def probe(self) -> Inventory:
@@ -124,6 +127,7 @@ class _Probe:
         self._ci_profiles: dict[tuple[int, int, int], Any] = {}
         self._bus_ids: dict[int, str] = {}  # sysfs bus id of each GPU, as soon as it was read
         self._fabric_failed: dict[int, int] = {}  # GPU -> the fabric's error status
+        self.driver: str | None = None
 
     def call(self, what: str, gpu: int | None, fn: Callable[..., T], *args: Any) -> T:
         """A required call: any NVML error fails the probe, named by layer and GPU."""
@@ -152,7 +156,7 @@ class _Probe:
 
     def run(self) -> Inventory:
         n = self.nvml
-        driver = self.optional("driver version", None, n.nvmlSystemGetDriverVersion)
+        driver = self.driver = self.optional("driver version", None, n.nvmlSystemGetDriverVersion)
         cuda = self.optional("CUDA driver version", None, n.nvmlSystemGetCudaDriverVersion)
         count = self.call("device count", None, n.nvmlDeviceGetCount)
         devices: list[Device] = []
@@ -163,6 +167,7 @@ class _Probe:
                 failures.append(read)
             else:
                 devices.append(read)
+        self.backend.known.forget_unseen()
         devices, failures = self._unfabricated(devices, failures)
         self.backend.bus_ids.update(self._bus_ids)
         health = reconcile([self._bus_ids.get(d.index) for d in devices], failures, self._bus())
@@ -221,10 +226,13 @@ class _Probe:
         """The NVIDIA GPUs on the PCI bus below the host root; None where sysfs is not there to read."""
         if not (self.backend.host_root / PCI_DIR).is_dir():
             return None
-        gpus, _ = scan_pci(self.backend.host_root)
+        gpus, _ = self.backend.pci_bus.scan()
         return gpus
 
     def device(self, i: int) -> Device:
+        """GPU ``i``: its static facts from an earlier pass while its bus id and UUID (and the driver) are
+        the same, the rest read now. Memory, MIG mode and devices and the fabric are read every pass; the
+        memory query also tells, every pass, whether the GPU still answers its queries."""
         n = self.nvml
         h = self.call("device handle", i, n.nvmlDeviceGetHandleByIndex, i)
         # The bus id first: should a later read fail, the failure still names the GPU's address.
@@ -232,32 +240,56 @@ class _Probe:
         bus_id = _text(pci.busId) if pci is not None else None
         if bus_id is not None and (sysfs_name := decoding.sysfs_bus_id(bus_id)) is not None:
             self._bus_ids[i] = sysfs_name
-        name = self.call("device name", i, n.nvmlDeviceGetName, h)
+        uuid = self.optional("UUID", i, n.nvmlDeviceGetUUID, h)
+        key = GpuKey(self.driver, bus_id, uuid)
+        static = self.backend.known.gpu(key)
+        if static is None:
+            static = self.backend.known.remember_gpu(key, self._static(i, h, bus_id))
+        else:
+            self.warnings.extend(static.warnings)  # as reading them again would have said
         memory = self.optional("memory size", i, n.nvmlDeviceGetMemoryInfo, h)
         total_bytes = int(memory.total) if memory is not None else None
-        cc = self.optional("compute capability", i, n.nvmlDeviceGetCudaComputeCapability, h)
-        sysfs_dir = self._sysfs_dir(bus_id)
-        mig_capable, mig_enabled, migs = self.mig(i, h, total_bytes)
+        mig_capable, mig_enabled, migs = self.mig(i, h, total_bytes, key)
         return Device(
             index=i,
-            name=name,
-            uuid=self.optional("UUID", i, n.nvmlDeviceGetUUID, h),
+            name=static.name,
+            uuid=uuid,
             memory_mib=total_bytes // decoding.MIB if total_bytes is not None else None,
-            compute_capability=(int(cc[0]), int(cc[1])) if cc is not None else None,
-            pci_class=self._pci_class(i, sysfs_dir),
+            compute_capability=static.compute_capability,
+            pci_class=static.pci_class,
             pci_bus_id=bus_id,
             mig_capable=mig_capable,
             mig_enabled=mig_enabled,
             mig_devices=migs,
             clique=self.clique(i, h),
+            vgpu=static.vgpu,
+            vgpu_guest=static.vgpu_guest,
+            minor=static.minor,
+        )
+
+    def _static(self, i: int, h: Any, bus_id: str | None) -> StaticGpu:
+        """What GPU ``i`` says that does not change while it keeps its bus id and UUID under one driver,
+        with the warnings reading it gave (said again each pass, as if read again)."""
+        n = self.nvml
+        said = len(self.warnings)
+        name = self.call("device name", i, n.nvmlDeviceGetName, h)
+        cc = self.optional("compute capability", i, n.nvmlDeviceGetCudaComputeCapability, h)
+        sysfs_dir = self._sysfs_dir(bus_id)
+        return StaticGpu(
+            name=name,
+            compute_capability=(int(cc[0]), int(cc[1])) if cc is not None else None,
+            pci_class=self._pci_class(i, sysfs_dir),
             vgpu=self._vgpu(i, sysfs_dir) if self.backend.with_vgpu else None,
             vgpu_guest=self._vgpu_guest(i, h),
             minor=self._minor(h),
+            warnings=tuple(self.warnings[said:]),
         )
 
     # ---- MIG ----------------------------------------------------------------------------------
 
-    def mig(self, i: int, h: Any, total_bytes: int | None) -> tuple[bool, bool, tuple[MigDevice, ...]]:
+    def mig(
+        self, i: int, h: Any, total_bytes: int | None, gpu: GpuKey
+    ) -> tuple[bool, bool, tuple[MigDevice, ...]]:
         n = self.nvml
         try:
             current, pending = self._maybe("MIG mode", i, n.nvmlDeviceGetMigMode, h)
@@ -277,43 +309,47 @@ class _Probe:
                 continue  # an empty slot: fewer MIG devices than the GPU could hold
             except n.NVMLError as err:
                 raise probe_error(err.value, f"MIG device {j}", i) from None
-            migs.append(self.mig_device(i, h, m, total_bytes))
+            migs.append(self.mig_device(i, h, m, total_bytes, gpu))
         return True, True, tuple(migs)
 
-    def mig_device(self, i: int, parent: Any, m: Any, total_bytes: int | None) -> MigDevice:
+    def mig_device(self, i: int, parent: Any, m: Any, total_bytes: int | None, gpu: GpuKey) -> MigDevice:
+        """A MIG device's facts: from an earlier pass while the device, its GPU and compute instance and
+        its attributes are the same (a MIG reconfiguration makes new ones), else read now."""
         n = self.nvml
         what = "MIG device"
+        gi_id = self.call(what, i, n.nvmlDeviceGetGpuInstanceId, m)
+        ci_id = self.call(what, i, n.nvmlDeviceGetComputeInstanceId, m)
         attrs = self.call(what + " attributes", i, n.nvmlDeviceGetAttributes, m)
-        gi = self.call(
-            what,
-            i,
-            n.nvmlDeviceGetGpuInstanceById,
-            parent,
-            self.call(what, i, n.nvmlDeviceGetGpuInstanceId, m),
+        key = MigKey(
+            gpu,
+            self.optional(what + " UUID", i, n.nvmlDeviceGetUUID, m),
+            int(gi_id),
+            int(ci_id),
+            attribute_values(attrs),
         )
+        if (known := self.backend.known.mig(key)) is not None:
+            return known
+        gi = self.call(what, i, n.nvmlDeviceGetGpuInstanceById, parent, gi_id)
         gi_info = self.call(what, i, n.nvmlGpuInstanceGetInfo, gi)
-        ci = self.call(
-            what,
-            i,
-            n.nvmlGpuInstanceGetComputeInstanceById,
-            gi,
-            self.call(what, i, n.nvmlDeviceGetComputeInstanceId, m),
-        )
+        ci = self.call(what, i, n.nvmlGpuInstanceGetComputeInstanceById, gi, ci_id)
         ci_info = self.call(what, i, n.nvmlComputeInstanceGetInfo, ci)
         profile = self._profile_name(
             i, parent, gi, int(gi_info.profileId), int(ci_info.profileId), total_bytes, attrs
         )
-        return MigDevice(
-            profile=profile,
-            memory_mib=int(attrs.memorySizeMB),
-            multiprocessors=int(attrs.multiprocessorCount),
-            gi_slices=int(attrs.gpuInstanceSliceCount),
-            ci_slices=int(attrs.computeInstanceSliceCount),
-            copy_engines=int(attrs.sharedCopyEngineCount),
-            decoders=int(attrs.sharedDecoderCount),
-            encoders=int(attrs.sharedEncoderCount),
-            jpegs=int(attrs.sharedJpegCount),
-            ofas=int(attrs.sharedOfaCount),
+        return self.backend.known.remember_mig(
+            key,
+            MigDevice(
+                profile=profile,
+                memory_mib=int(attrs.memorySizeMB),
+                multiprocessors=int(attrs.multiprocessorCount),
+                gi_slices=int(attrs.gpuInstanceSliceCount),
+                ci_slices=int(attrs.computeInstanceSliceCount),
+                copy_engines=int(attrs.sharedCopyEngineCount),
+                decoders=int(attrs.sharedDecoderCount),
+                encoders=int(attrs.sharedEncoderCount),
+                jpegs=int(attrs.sharedJpegCount),
+                ofas=int(attrs.sharedOfaCount),
+            ),
         )
 
     def _profile_name(

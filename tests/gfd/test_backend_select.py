@@ -16,7 +16,7 @@ from gfd.backends.tegra import TegraBackend
 from gfd.config import load_settings
 from gfd.doctor.hardware import check
 from gfd.doctor.model import Context
-from gfd.machine_profile import MachineProfile, load_machine_profile
+from gfd.machine_profile import MachineProfile, MachineProfileError, load_machine_profile
 from tests.fakes.fake_nvml import install_fake_nvml
 
 HERE = Path(__file__).parent
@@ -40,6 +40,38 @@ def test_a_broken_profile_is_a_profile_layer_error_with_the_field() -> None:
         MockBackend(HERE / "profiles_cli" / "broken.yaml").probe()
     assert caught.value.layer == "profile"
     assert "devices.0.memory_mib" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        (
+            "devices: [{name: x, memory_mib: '5'}]\n",
+            "field devices.0.memory_mib: Expected `int | null`, got `str`",
+        ),
+        (
+            "devices: [{name: x, compute_capability: '8'}]\n",
+            "field devices.0.compute_capability: expected MAJOR",
+        ),
+        ("devices: [{name: x, pci_class: display}]\n", "field devices.0.pci_class: expected a hex PCI class"),
+        ("devices: [{name: x, bogus: 1}]\n", "field devices.0: Object contains unknown field `bogus`"),
+        ("devices: [{memory_mib: 5}]\n", "field devices.0.name: a required field is missing"),
+        (
+            "devices: [{name: x, mig: {enabled: yes, devices: [{profile: 1g.5gb}]}}]\n",
+            "devices.0.mig.devices.0.",
+        ),
+        ("cuda_driver_version: 12\n", "field cuda_driver_version: Expected `int` >= 1000"),
+        ("- a list\n", "expected a mapping at the top level, got list"),
+    ],
+)
+def test_each_mistake_in_a_profile_names_its_file_and_field(tmp_path: Path, text: str, says: str) -> None:
+    profile = tmp_path / "p.yaml"
+    profile.write_text(text)
+    with pytest.raises(MachineProfileError) as caught:
+        load_machine_profile(profile)
+    assert str(caught.value).startswith(f"{profile}: "), caught.value
+    assert says in str(caught.value)
+    assert "\n" not in str(caught.value)
 
 
 def test_auto_picks_nvml_when_it_sees_a_gpu_and_probes_only_once(

@@ -267,8 +267,8 @@ def test_an_unwritable_output_is_one_line_naming_the_output(tmp_path: Path) -> N
 @pytest.mark.parametrize("delay", [0.0, 0.01, 0.05, 0.15, 0.4, 1.0])
 @pytest.mark.parametrize("mode", [["--sleep-interval", "20ms"], ["--oneshot"]])
 def test_ctrl_c_at_any_moment_ends_without_a_traceback(tmp_path: Path, delay: float, mode: list[str]) -> None:
-    # Moments from gfd's own start on: reading the settings, importing pydantic, loading the profile,
-    # labelling, writing, sleeping. -X importtime says when gfd.config (imported first thing in main)
+    # Moments from gfd's own start on: reading the settings, importing the profile loader, loading the
+    # profile, labelling, writing, sleeping. -X importtime says when gfd.config (imported first thing in main)
     # is loaded; before that the interpreter is still starting up, which is not gfd's code.
     out = tmp_path / "gfd"
     command = [

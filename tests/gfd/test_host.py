@@ -8,6 +8,7 @@ from pathlib import Path
 from gfd.backends.host import (
     KERNEL_MODULE_SYSFS_VERSION,
     KERNEL_MODULE_VERSION,
+    PciBus,
     kernel_module_version,
     read_machine_type,
     scan_pci,
@@ -59,6 +60,43 @@ def test_scan_pci_counts_vga_and_3d_controllers_not_audio(tmp_path: Path) -> Non
         ("0000:02:00.0", "3D controller", 0x2684),
     ]
     assert others == [0x040300]
+
+
+def _function(directory: Path, cls: str, driver: str | None = None) -> None:
+    directory.mkdir(parents=True)
+    for name, value in (("vendor", "0x10de"), ("class", cls), ("device", "0x20b0")):
+        (directory / name).write_text(value + "\n")
+    if driver is not None:
+        (directory / "driver").symlink_to(f"../../../bus/pci/drivers/{driver}")
+
+
+def test_a_daemon_scanning_the_bus_every_pass_sees_bindings_change_and_functions_come_and_go(
+    tmp_path: Path,
+) -> None:
+    devices = tmp_path / "sys/bus/pci/devices"
+    _function(devices / "0000:07:00.0", "0x030200", "nvidia")
+    bus = PciBus(tmp_path)
+    assert [(g.address, g.driver) for g in bus.scan()[0]] == [("0000:07:00.0", "nvidia")]
+    (devices / "0000:07:00.0/driver").unlink()  # the driver let go of it
+    assert [g.driver for g in bus.scan()[0]] == [None]
+    _function(devices / "0000:0f:00.0", "0x030200", "vfio-pci")  # hot-added, given to a VM
+    assert [(g.address, g.driver) for g in bus.scan()[0]] == [
+        ("0000:07:00.0", None),
+        ("0000:0f:00.0", "vfio-pci"),
+    ]
+    # Removed and added again at the same address as another function: a new entry, its IDs read anew.
+    _function(tmp_path / "readded", "0x040300")
+    for name in ("vendor", "class", "device"):
+        (devices / "0000:07:00.0" / name).unlink()
+    (devices / "0000:07:00.0").rmdir()
+    (tmp_path / "readded").rename(devices / "0000:07:00.0")
+    gpus, others = bus.scan()
+    assert [g.address for g in gpus] == ["0000:0f:00.0"] and others == [0x040300]
+    (devices / "0000:0f:00.0/driver").unlink()
+    for name in ("vendor", "class", "device"):
+        (devices / "0000:0f:00.0" / name).unlink()
+    (devices / "0000:0f:00.0").rmdir()  # hot-removed
+    assert bus.scan() == ([], [0x040300])
 
 
 def test_an_empty_machine_type_file_gives_an_empty_value(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ import yaml
 
 from nfd_lite.apierrors import Gone
 from nfd_lite.client import NodeApi
-from nfd_lite.kubeconfig import kubeconfig_configuration
+from nfd_lite.kubeconfig import kubeconfig_connection
 from nfd_lite.reconciler import OWNED_ANNOTATION
 from nfd_lite.selfcheck import OTHER_NODES, RESERVED_LABELS, TAINTS
 from nfd_lite.service import Service
@@ -239,7 +239,7 @@ def test_an_expired_watch_is_listed_again(restartable: ControlPlane, tmp_path: P
     kube = restartable
     node = "gpu-restart"
     kube.create_node(node)
-    config = kubeconfig_configuration(kube.kubeconfig(tmp_path / "kubeconfig", kube.pod_token(node)))
+    config = kubeconfig_connection(kube.kubeconfig(tmp_path / "kubeconfig", kube.pod_token(node)))
     api = NodeApi(config, node, request_timeout=5.0)
     try:
         _, stale = api.list_node()

@@ -12,7 +12,7 @@ from types import TracebackType
 from typing import Any
 
 from nfd_lite.client import NodeApi
-from nfd_lite.kubeconfig import kubeconfig_configuration
+from nfd_lite.kubeconfig import kubeconfig_connection
 from tests.kube.controlplane import ControlPlane
 from tests.kube.process import LoggedProcess
 from tests.service_thread import ServiceThread
@@ -81,7 +81,7 @@ class ThreadWriter(ServiceThread):
         if directory is None:
             features.mkdir(exist_ok=True)
         self.token = token or kube.pod_token(node)
-        config = kubeconfig_configuration(kube.kubeconfig(workdir / f"kubeconfig-{node}", self.token))
+        config = kubeconfig_connection(kube.kubeconfig(workdir / f"kubeconfig-{node}", self.token))
         super().__init__(NodeApi(config, node, request_timeout=5.0), node, features, **settings)
 
     def __exit__(

@@ -13,7 +13,7 @@ from typing import Any
 from nfd_lite.client import NodeApi
 from nfd_lite.features import FeatureState
 from nfd_lite.inbox import Inbox
-from nfd_lite.kubeconfig import kubeconfig_configuration
+from nfd_lite.kubeconfig import kubeconfig_connection
 from nfd_lite.metrics import WriterMetrics
 from nfd_lite.policy import DEFAULT_ALLOW_PREFIXES, Policy
 from nfd_lite.reconciler import OWNED_ANNOTATION
@@ -55,7 +55,7 @@ def ours(apiserver: FakeApiServer, node: str = NODE) -> dict[str, str]:
 def node_api(apiserver: FakeApiServer, tmp_path: Path, node: str = NODE, token: str | None = None) -> NodeApi:
     token = token or apiserver.token_for_service_account("gpu-labeller", "nfd-lite", node_name=node)
     kubeconfig = apiserver.write_kubeconfig(tmp_path / f"kubeconfig-{node}", token)
-    return NodeApi(kubeconfig_configuration(kubeconfig), node, request_timeout=5.0)
+    return NodeApi(kubeconfig_connection(kubeconfig), node, request_timeout=5.0)
 
 
 class RecordingApi(NodeApi):
@@ -94,7 +94,7 @@ def parts(apiserver: FakeApiServer, tmp_path: Path, **settings: Any) -> Parts:
     features_dir.mkdir(exist_ok=True)
     token = apiserver.token_for_service_account("gpu-labeller", "nfd-lite", node_name=NODE)
     kubeconfig = apiserver.write_kubeconfig(tmp_path / f"kubeconfig-{NODE}", token)
-    api = RecordingApi(kubeconfig_configuration(kubeconfig), NODE, request_timeout=5.0)
+    api = RecordingApi(kubeconfig_connection(kubeconfig), NODE, request_timeout=5.0)
     options: dict[str, Any] = {
         "policy": Policy.from_prefixes(DEFAULT_ALLOW_PREFIXES, ["nvidia.com/*"]),
         "require_admission_policy": False,  # the fake API server enforces no admission policy

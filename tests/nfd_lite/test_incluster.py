@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from nfd_lite.clientconfig import ClientConfigError
-from nfd_lite.incluster import SERVICE_ACCOUNT_DIR, in_cluster_configuration
+from nfd_lite.incluster import SERVICE_ACCOUNT_DIR, in_cluster_connection
 from tests.apiserver.tls import make_certificate
 from tests.nfd_lite.command import one_error_line, run_nfd_lite
 from tests.nfd_lite.harness import NODE
@@ -24,18 +24,19 @@ def ca_pem(tmp_path_factory: pytest.TempPathFactory) -> Path:
 IN_CLUSTER = {"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "443"}
 
 
-def test_in_cluster_configuration_reads_the_service_account(tmp_path: Path, ca_pem: Path) -> None:
+def test_in_cluster_connection_reads_the_service_account(tmp_path: Path, ca_pem: Path) -> None:
     (tmp_path / "token").write_text("first\n")
     (tmp_path / "ca.crt").write_bytes(ca_pem.read_bytes())
-    config, _ = in_cluster_configuration(tmp_path, IN_CLUSTER)
-    assert config.host == "https://[fd00::1]:443"
-    assert config.ssl_ca_cert == str(tmp_path / "ca.crt")
-    assert config.get_api_key_with_prefix("BearerToken") == "Bearer first"
+    connection = in_cluster_connection(tmp_path, IN_CLUSTER)
+    assert connection.url == "https://[fd00::1]:443"
+    assert connection.ca_file == str(tmp_path / "ca.crt")
+    assert connection.credentials is not None
+    assert connection.credentials.authorization() == "Bearer first"
     (tmp_path / ".token").write_text("second\n")
     (tmp_path / ".token").rename(tmp_path / "token")
-    assert config.get_api_key_with_prefix("BearerToken") == "Bearer second"  # rotation picked up
+    assert connection.credentials.authorization() == "Bearer second"  # rotation picked up
     with pytest.raises(ClientConfigError, match="KUBERNETES_SERVICE_HOST"):
-        in_cluster_configuration(tmp_path, {})
+        in_cluster_connection(tmp_path, {})
 
 
 @pytest.mark.parametrize(
@@ -56,7 +57,7 @@ def test_a_broken_service_account_dir_is_named(
     if ca is not None:
         (tmp_path / "ca.crt").write_text(ca_pem.read_text() if ca == "pem" else ca)
     with pytest.raises(ClientConfigError) as caught:
-        in_cluster_configuration(tmp_path, IN_CLUSTER)
+        in_cluster_connection(tmp_path, IN_CLUSTER)
     assert str(caught.value).startswith(needle.format(sa=tmp_path))
 
 

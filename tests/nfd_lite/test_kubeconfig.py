@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nfd_lite.kubeconfig import kubeconfig_configuration
+from nfd_lite.kubeconfig import kubeconfig_connection
 from tests.apiserver.server import FakeApiServer
 from tests.nfd_lite.command import NO_POLICY, ROOT, kubeconfig_document, one_error_line, run_nfd_lite
 from tests.nfd_lite.harness import NODE
@@ -198,5 +198,5 @@ def test_a_working_exec_credential_plugin_supplies_the_token(tmp_path: Path) -> 
     kubeconfig = tmp_path / "kubeconfig"
     exec_user = {"exec": {"apiVersion": EXEC_API, "command": str(plugin)}}
     kubeconfig.write_text(_yaml(kubeconfig_document(users=[{"name": "u", "user": exec_user}])))
-    config = kubeconfig_configuration(kubeconfig)
-    assert config.get_api_key_with_prefix("BearerToken") == "Bearer from-plugin"
+    credentials = kubeconfig_connection(kubeconfig).credentials
+    assert credentials is not None and credentials.authorization() == "Bearer from-plugin"

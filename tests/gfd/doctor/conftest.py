@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from gfd.doctor.cli import main
@@ -93,7 +94,7 @@ def nvml(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
 
     def install(profile: str | dict[str, Any] | None, **kwargs: Any) -> Any:
         data = PROFILES[profile] if isinstance(profile, str) else profile
-        prof = MachineProfile.model_validate(data) if data is not None else None
+        prof = msgspec.convert(data, MachineProfile) if data is not None else None
         return install_fake_nvml(monkeypatch, prof, **kwargs)
 
     return install
