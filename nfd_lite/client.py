@@ -147,8 +147,11 @@ class NodeApi:
             node.setdefault("kind", "Node")
         return node, rv
 
-    def watch(self, resource_version: str, timeout_seconds: int) -> Iterator[dict[str, Any]]:
-        """Events of the own-node watch until the server ends it. Raises Gone when expired."""
+    def watch(
+        self, resource_version: str, timeout_seconds: int, *, silence: float | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """Events of the own-node watch until the server ends it. Raises Gone when expired, and
+        ConnectionFailed when nothing (not even a bookmark) arrives for ``silence`` seconds."""
         query = [
             self._selector(),
             ("watch", "true"),
@@ -156,10 +159,11 @@ class NodeApi:
             ("allowWatchBookmarks", "true"),
             ("timeoutSeconds", str(timeout_seconds)),
         ]
-        # Connect quickly; allow the read to wait as long as the server may keep the watch open.
-        response = self._send(
-            "GET", _NODES, query, timeout=(self.request_timeout, timeout_seconds + 30.0), stream=True
-        )
+        # Connect quickly; let each read wait up to ``silence``, or as long as the server may keep the
+        # watch open. A stream cut off without a FIN or RST (a dropped route, a policy dropping packets)
+        # is then noticed.
+        read = silence if silence is not None else timeout_seconds + 30.0
+        response = self._send("GET", _NODES, query, timeout=(self.request_timeout, read), stream=True)
         self.current_watch = response
         try:
             buffer = b""
