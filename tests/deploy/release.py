@@ -112,6 +112,7 @@ def previous_release() -> str:
 def previous_chart(tools: Tools, tmp: Path) -> Path:
     """The previous release's chart, packaged by `helm package` as it was then (its own version)."""
     revision = previous_release()
+    tmp.mkdir(parents=True, exist_ok=True)
     archive = tmp / "previous.tar"
     done = subprocess.run(
         ["git", "-C", str(REPO), "archive", "--output", str(archive), revision, str(CHART.relative_to(REPO))],
