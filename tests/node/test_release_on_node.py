@@ -49,6 +49,7 @@ from tests.node.release import (
     uninstall_pruning,
     wait_until,
 )
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(1200)
 
@@ -128,6 +129,14 @@ def cut_off_rules(pod_ip: str) -> list[list[str]]:
     ]
 
 
+def diagnosis(cluster: NodeCluster, pod: dict[str, Any]) -> str:
+    """For a failure message: the rules with their packet counts, the writer's API metrics, its log."""
+    rules = cluster.namespaces.run("iptables", "-L", "-v", "-n", "-x", check=False).stdout
+    _, metrics = pod_ip_get(cluster, pod["status"]["podIP"], "/metrics")
+    api = [line for line in metrics.splitlines() if line.startswith("nfd_lite_api")]
+    return "\n".join([rules, *api, *writer_log(cluster, pod)[-25:]])
+
+
 def writer_log(cluster: NodeCluster, pod: dict[str, Any]) -> list[str]:
     name = pod["metadata"]["name"]
     return cluster.kubectl("logs", "-n", NAMESPACE, name, "-c", "nfd-lite").stdout.splitlines()
@@ -160,6 +169,23 @@ def test_a_writer_cut_off_from_the_api_server_says_so_once_and_recovers(session:
     pod = the_pod(cluster, RELEASE)
     pod_ip = pod["status"]["podIP"]
     assert pod_ip_get(cluster, pod_ip, "/readyz")[0] == 200
+    # The writer in the pod is this checkout's, with the bound this test expects.
+    settings = (
+        "from nfd_lite.settings import WriterSettings as S; print(S.api_unreachable_after, S.watch_silence)"
+    )
+    run = [
+        "exec",
+        "-n",
+        NAMESPACE,
+        pod["metadata"]["name"],
+        "-c",
+        "nfd-lite",
+        "--",
+        "python3",
+        "-c",
+        settings,
+    ]
+    assert cluster.kubectl(*run).stdout.split() == [str(BOUND), str(WriterSettings.watch_silence)]
     keys = set(written(cluster))
     rules = cut_off_rules(pod_ip)
     with LabelHistory(cluster, cluster.node) as history:
@@ -167,7 +193,8 @@ def test_a_writer_cut_off_from_the_api_server_says_so_once_and_recovers(session:
             cluster.namespaces.run("iptables", "-I", *rule[:1], "1", *rule[1:])
         cut_at = time.monotonic()
         try:
-            wait_until(lambda: pod_ip_get(cluster, pod_ip, "/readyz")[0] == 503, BOUND + 30, "/readyz fails")
+            if not eventually(lambda: pod_ip_get(cluster, pod_ip, "/readyz")[0] == 503, BOUND + 30, 0.5):
+                raise AssertionError(f"/readyz did not fail:\n{diagnosis(cluster, pod)}")
             failed_after = time.monotonic() - cut_at
             assert metric(cluster, pod_ip, "nfd_lite_api_unreachable") == 1
             assert metric(cluster, pod_ip, "nfd_lite_api_unreachable_seconds") >= BOUND
