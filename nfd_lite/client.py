@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -51,6 +51,9 @@ class NodeApi:
         self.token = token
         self._path = "/api/v1/nodes/" + quote(node_name, safe="")
         self.current_watch: Any = None
+        # Called on every answer of the API server (any HTTP response, each watch event or bookmark): how
+        # the writer knows it is reachable (retry.Outage).
+        self.heard: Callable[[], None] = lambda: None
 
     def abort_watch(self) -> None:
         """Unblock a watch read from another thread (used on shutdown)."""
@@ -91,6 +94,7 @@ class NodeApi:
                 response = self.api.call_api(*request, _request_timeout=timeout or self.request_timeout)
             except (urllib3.exceptions.HTTPError, OSError) as err:
                 raise ConnectionFailed(0, f"{method} {path}: {type(err).__name__}: {err}", verb=verb) from err
+            self.heard()
             if 200 <= response.status < 300:
                 if stream:
                     return response.response
@@ -173,6 +177,7 @@ class NodeApi:
                 for line in lines:
                     if not line.strip():
                         continue
+                    self.heard()
                     event = json.loads(line)
                     if event.get("type") == "ERROR":
                         status = event.get("object") or {}

@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 
 from nfd_lite.apierrors import ApiError, Gone, NotFound
 from nfd_lite.client import NodeApi
@@ -26,7 +25,6 @@ class NodeWatch:
         inbox: Inbox,
         *,
         silence: float | None = None,
-        heard: Callable[[], None] = lambda: None,
     ) -> None:
         self.api = api
         self.node_name = node_name
@@ -34,7 +32,6 @@ class NodeWatch:
         self.retry = retry
         self.inbox = inbox
         self.silence = silence  # a watch quiet this long (not even a bookmark) is presumed cut off
-        self.heard = heard  # called on every answer inside one watch call: the list, each event
         self.resource_version: str | None = None  # where the next watch resumes; None: list first
         self.thread: threading.Thread | None = None
 
@@ -48,14 +45,12 @@ class NodeWatch:
     def _once(self) -> None:
         if self.resource_version is None:
             node, rv = self.api.list_node()
-            self.heard()
             if node is None:
                 raise NotFound(404, f"node {self.node_name!r} not found", verb="list")
             self.inbox.node_seen(node)
             self.resource_version = rv
         try:
             for event in self.api.watch(self.resource_version, self.timeout, silence=self.silence):
-                self.heard()
                 obj = event.get("object") or {}
                 rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
                 if rv:

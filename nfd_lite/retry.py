@@ -69,18 +69,17 @@ class Outage:
             with self._lock:
                 self._unanswered = err.message
             self.unreachable()  # says the line once the bound has passed
-        else:
-            self.heard()  # an HTTP error is an answer: the server is reachable
 
     def answered(self) -> None:
         if self._since is not None:
             if time.monotonic() - self._since >= self.long_after:
                 self._long_one_ended = True
             self._since = None
-        self.heard()
 
     def heard(self) -> None:
-        """The API server answered: a response, or an event or bookmark on the Node watch."""
+        """The API server answered (the client calls this on every HTTP response, an error's too, and on
+        each watch event or bookmark). A call that succeeds without a request, such as a sync pass with
+        nothing to send, is no answer."""
         with self._lock:
             silent, was_said = self._clock() - self._last_answer, self._said
             self._last_answer = self._clock()

@@ -43,6 +43,7 @@ class Service:
         self.outage = outage = Outage(settings.policy_recheck_after, settings.api_unreachable_after)
         self.metrics.api_unreachable.set_function(lambda: float(outage.unreachable()))
         self.metrics.api_unreachable_seconds.set_function(outage.unreachable_for)
+        api.heard = outage.heard
         retry = RetryPolicy(
             max_backoff=settings.max_backoff,
             slow_retry=settings.slow_retry,
@@ -68,7 +69,6 @@ class Service:
             retry,
             self.inbox,
             silence=settings.watch_silence,
-            heard=outage.heard,
         )
 
     @property
