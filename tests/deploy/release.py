@@ -42,6 +42,7 @@ class StepRun:
     def __init__(self, tools: Tools, tmp: Path, tag: str) -> None:
         self.tools = tools
         self.tmp = tmp
+        tmp.mkdir(parents=True, exist_ok=True)
         self.tag = tag
         self.outputs: dict[str, dict[str, str]] = {}
         self.env: dict[str, str] = dict(workflow()["env"])

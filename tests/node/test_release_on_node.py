@@ -200,14 +200,22 @@ def test_a_writer_cut_off_from_the_api_server_says_so_once_and_recovers(session:
             assert metric(cluster, pod_ip, "nfd_lite_api_unreachable_seconds") >= BOUND
             # What kubectl shows: the kubelet's readiness probe takes the pod out of Ready.
             wait_until(lambda: not pod_ready(release_pods(cluster, RELEASE)[0]), 60, "pod not Ready")
+            unready_after = time.monotonic() - cut_at
             said = [line for line in writer_log(cluster, pod) if UNREACHABLE in line]
             assert len(said) == 1, said
             assert "networkPolicy.apiServerEgress" in said[0]
         finally:
             for rule in rules:
                 cluster.namespaces.run("iptables", "-D", *rule)
+            restored_at = time.monotonic()
         wait_until(lambda: pod_ip_get(cluster, pod_ip, "/readyz")[0] == 200, 90, "/readyz recovers")
+        ready_after = time.monotonic() - restored_at
         wait_until(lambda: pod_ready(release_pods(cluster, RELEASE)[0]), 60, "pod Ready again")
+    print(
+        f"cut: /readyz failed after {failed_after:.0f} s, the pod unready after {unready_after:.0f} s; "
+        f"restored: /readyz 200 after {ready_after:.0f} s, the pod Ready after "
+        f"{time.monotonic() - restored_at:.0f} s"
+    )
     # Within the bound of the API server's last answer, which came before the cut.
     assert failed_after <= BOUND + 2, f"/readyz failed {failed_after:.0f} s after the cut"
     log = writer_log(cluster, pod)
