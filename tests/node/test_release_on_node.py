@@ -257,5 +257,5 @@ def test_upgrade_from_the_previous_release_keeps_every_label(session: Session) -
     assert {c["image"] for c in after["spec"]["containers"]} == {f"{REPOSITORY}:{THIS_VERSION}"}
     assert history.missing(keys) == [], "labels disappeared during the upgrade"
     assert len(history.states) >= 2  # the watch saw the writers at work, not one still picture
-    status = json.loads(helm(HELM, cluster, tmp, "status", RELEASE, "-n", NAMESPACE, "-o", "json").stdout)
-    assert status["chart"]["metadata"]["version"] == THIS_VERSION
+    (listed,) = json.loads(helm(HELM, cluster, tmp, "list", "-n", NAMESPACE, "-o", "json").stdout)
+    assert (listed["chart"], listed["app_version"]) == (f"gpu-labeller-{THIS_VERSION}", THIS_VERSION)
