@@ -11,7 +11,7 @@ import json
 import logging
 import socket
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -44,6 +44,9 @@ class NodeApi:
         self._kept = threading.local()
         self._watch_lock = threading.Lock()
         self._watching: http.client.HTTPConnection | None = None
+        # Called on every answer of the API server (any HTTP response, each watch event or bookmark): how
+        # the writer knows it is reachable (retry.Outage).
+        self.heard: Callable[[], None] = lambda: None
 
     def abort_watch(self) -> None:
         """Unblock a watch read from another thread (used on shutdown)."""
@@ -113,6 +116,7 @@ class NodeApi:
                 headers["Authorization"] = authorization
             connection.request(method, target, body=data, headers=headers)
             response = connection.getresponse()
+            self.heard()
             if 200 <= response.status < 300:
                 return response
             answer = response.read()
@@ -167,8 +171,11 @@ class NodeApi:
             node.setdefault("kind", "Node")
         return node, rv
 
-    def watch(self, resource_version: str, timeout_seconds: int) -> Iterator[dict[str, Any]]:
-        """Events of the own-node watch until the server ends it. Raises Gone when expired."""
+    def watch(
+        self, resource_version: str, timeout_seconds: int, *, silence: float | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """Events of the own-node watch until the server ends it. Raises Gone when expired, and
+        ConnectionFailed when nothing (not even a bookmark) arrives for ``silence`` seconds."""
         query = [
             self._selector(),
             ("watch", "true"),
@@ -183,11 +190,15 @@ class NodeApi:
         try:
             try:
                 response = self._answer(connection, "watch", "GET", _NODES, query)
+                # Let each read wait up to ``silence``, or as long as the server may keep the watch open: a
+                # stream cut off without a FIN or RST (a dropped route, a policy dropping packets) is then
+                # noticed.
                 assert connection.sock is not None
-                connection.sock.settimeout(timeout_seconds + 30.0)
+                connection.sock.settimeout(silence if silence is not None else timeout_seconds + 30.0)
                 for line in response:
                     if not line.strip():
                         continue
+                    self.heard()
                     event = json.loads(line)
                     if event.get("type") == "ERROR":
                         status_object = event.get("object") or {}

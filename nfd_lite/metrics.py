@@ -50,3 +50,14 @@ class WriterMetrics:
         self.owned = Gauge(
             "nfd_lite_owned_labels", "Labels this writer owns on its Node", registry=self.registry
         )
+        # Computed when read (Service sets the functions): how long the API server has not answered.
+        self.api_unreachable = Gauge(
+            "nfd_lite_api_unreachable",
+            "1 while the API server has not answered for longer than the bound (/readyz fails), else 0",
+            registry=self.registry,
+        )
+        self.api_unreachable_seconds = Gauge(
+            "nfd_lite_api_unreachable_seconds",
+            "Seconds since the API server last answered, while a request fails unanswered; else 0",
+            registry=self.registry,
+        )

@@ -16,12 +16,22 @@ log = logging.getLogger(__name__)
 
 
 class NodeWatch:
-    def __init__(self, api: NodeApi, node_name: str, timeout: int, retry: RetryPolicy, inbox: Inbox) -> None:
+    def __init__(
+        self,
+        api: NodeApi,
+        node_name: str,
+        timeout: int,
+        retry: RetryPolicy,
+        inbox: Inbox,
+        *,
+        silence: float | None = None,
+    ) -> None:
         self.api = api
         self.node_name = node_name
         self.timeout = timeout
         self.retry = retry
         self.inbox = inbox
+        self.silence = silence  # a watch quiet this long (not even a bookmark) is presumed cut off
         self.resource_version: str | None = None  # where the next watch resumes; None: list first
         self.thread: threading.Thread | None = None
 
@@ -40,7 +50,7 @@ class NodeWatch:
             self.inbox.node_seen(node)
             self.resource_version = rv
         try:
-            for event in self.api.watch(self.resource_version, self.timeout):
+            for event in self.api.watch(self.resource_version, self.timeout, silence=self.silence):
                 obj = event.get("object") or {}
                 rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
                 if rv:

@@ -40,7 +40,10 @@ class Service:
         self._stop = threading.Event()
         self.features = FeatureState(settings.directories, settings.policy, settings.limits)
         self.inbox = Inbox(settings.debounce, settings.debounce_cap)
-        outage = Outage(settings.policy_recheck_after)
+        self.outage = outage = Outage(settings.policy_recheck_after, settings.api_unreachable_after)
+        self.metrics.api_unreachable.set_function(lambda: float(outage.unreachable()))
+        self.metrics.api_unreachable_seconds.set_function(outage.unreachable_for)
+        api.heard = outage.heard
         retry = RetryPolicy(
             max_backoff=settings.max_backoff,
             slow_retry=settings.slow_retry,
@@ -59,12 +62,23 @@ class Service:
             outage=outage,
             metrics=self.metrics,
         )
-        self.watch = NodeWatch(api, settings.node_name, settings.watch_timeout, retry, self.inbox)
+        self.watch = NodeWatch(
+            api,
+            settings.node_name,
+            settings.watch_timeout,
+            retry,
+            self.inbox,
+            silence=settings.watch_silence,
+        )
 
     @property
     def synced(self) -> bool:
-        """Whether one sync pass has completed (/readyz)."""
+        """Whether one sync pass has completed."""
         return self.node_sync.synced
+
+    def ready(self) -> bool:
+        """/readyz: one sync pass has completed and the API server has not gone unreachable since."""
+        return self.synced and not self.outage.unreachable()
 
     def stop(self) -> None:
         self._stop.set()
@@ -80,7 +94,7 @@ class Service:
         watcher = DirWatcher(s.directories, self.inbox.files_changed, poll=s.poll)
         try:
             health = (
-                HealthServer(s.metrics_address, self.metrics, self.healthy, lambda: self.synced)
+                HealthServer(s.metrics_address, self.metrics, self.healthy, self.ready)
                 if s.metrics_address
                 else None
             )

@@ -26,6 +26,13 @@ class WriterSettings:
     write_burst: int = 10
     startup_grace: float = 60.0
     watch_timeout: int = 1800
+    # The API server sends a bookmark on a quiet watch about once a minute (its watch cache's heartbeat,
+    # 1.30 and later); a watch that brings nothing for this long is presumed cut off and opened again.
+    watch_silence: float = 75.0
+    # No answer for this long once a request has failed unanswered (refused, timed out, a silent watch):
+    # /readyz fails, nfd_lite_api_unreachable is 1 and one line names the likely cause. Above
+    # watch_silence plus a request's timeout, so that a quiet healthy watch never reads as an outage.
+    api_unreachable_after: float = 90.0
     metrics_address: str | None = None
     max_backoff: float = 30.0
     slow_retry: float = 30.0  # 401/403 need a human: retry slowly rather than crash-loop or hammer

@@ -22,8 +22,8 @@ _SHARING = {
     "sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}},
 }
 
-# What an offline renderer must say: helm template and lint have no cluster to look the API server's
-# endpoints up in, and the NetworkPolicy refuses to guess.
+# Values that name the API server's address, as a cluster whose control-plane addresses are known may.
+# The chart renders without them (its egress then goes to any address on the API server's ports).
 API_SERVER = {"networkPolicy": {"apiServerCIDRs": ["192.0.2.10/32"]}}
 
 
@@ -39,7 +39,7 @@ def merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 # name -> values; every entry is linted, rendered, schema-validated and scanned.
-_ENTRIES: dict[str, dict[str, Any]] = {
+MATRIX: dict[str, dict[str, Any]] = {
     "defaults": {},
     "mig-mixed": {"migStrategy": "mixed"},
     "sharing": {"sharing": {"config": _SHARING}},
@@ -54,6 +54,13 @@ _ENTRIES: dict[str, dict[str, Any]] = {
     "bottlerocket": {"gpuAccess": {"volumeMounts": True}},
     "vgpu-and-mig-monitor": {"gfd": {"vgpu": {"enabled": True}, "migMonitoring": {"enabled": True}}},
     "no-network-policy": {"networkPolicy": {"enabled": False}},
+    # The ways nfd-lite's egress names the API server (networkPolicy.apiServerEgress; the default,
+    # kubernetes without CIDRs, is "defaults").
+    "api-server-cidrs": {
+        "networkPolicy": {"apiServerCIDRs": ["10.0.0.0/24", "fd00:10::/64"], "apiServerPorts": [443]}
+    },
+    "cilium": {"networkPolicy": {"apiServerEgress": "cilium"}},
+    "calico": {"networkPolicy": {"apiServerEgress": "calico"}},
     "prune": {"pruneLabels": True},
     "everything-on": {
         "image": {"digest": "sha256:" + "0" * 64},
@@ -76,7 +83,6 @@ _ENTRIES: dict[str, dict[str, Any]] = {
         "gfd": {"extraArgs": ["--timestamp"], "extraEnv": [{"name": "GFD_EXPIRY", "value": "10m"}]},
     },
 }
-MATRIX: dict[str, dict[str, Any]] = {name: merged(API_SERVER, values) for name, values in _ENTRIES.items()}
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ import pytest
 import yaml
 
 from tests.deploy.chart import (
-    API_SERVER,
     CHART,
     HELMS,
     MATRIX,
@@ -76,19 +75,19 @@ def test_refuses_kubernetes_older_than_1_30(tools: Tools, tmp_path: Path, which:
         {"imagePullPolicy": "Always"},  # a typo for image.pullPolicy: unknown keys are refused
         {"image": {"digest": "latest"}},
         {"networkPolicy": {"apiServerCIDRs": ["api.example.com"]}},
+        {"networkPolicy": {"apiServerEgress": "weave"}},
+        {"networkPolicy": {"apiServerPorts": []}},
     ],
 )
 def test_schema_refuses_bad_values(tools: Tools, tmp_path: Path, which: str, bad: dict[str, Any]) -> None:
-    proc = run_helm(
-        tools, which, "lint", "--strict", str(CHART), values=merged(API_SERVER, bad), tmp=tmp_path
-    )
+    proc = run_helm(tools, which, "lint", "--strict", str(CHART), values=bad, tmp=tmp_path)
     assert proc.returncode != 0, f"{bad} was accepted"
     assert "don't meet the specifications of the schema" in proc.stdout + proc.stderr, proc.stdout
 
 
 @pytest.mark.parametrize("which", HELMS)
 def test_schema_error_names_the_reserved_prefix_and_where(tools: Tools, tmp_path: Path, which: str) -> None:
-    values = merged(API_SERVER, {"nfdLite": {"allowPrefixes": ["nvidia.com/", "node-role.kubernetes.io/"]}})
+    values = {"nfdLite": {"allowPrefixes": ["nvidia.com/", "node-role.kubernetes.io/"]}}
     proc = run_helm(tools, which, "template", "x", str(CHART), values=values, tmp=tmp_path)
     assert proc.returncode != 0
     assert "/nfdLite/allowPrefixes/1" in proc.stderr and "'node-role.kubernetes.io/'" in proc.stderr
@@ -120,7 +119,7 @@ def test_schema_refuses_exactly_the_prefixes_nfd_lite_refuses(
     # A prefix nfd-lite would refuse fails at helm install instead of as a crash-looping pod.
     from nfd_lite.policy import allow_prefix_problem
 
-    values = merged(API_SERVER, {"nfdLite": {"allowPrefixes": [prefix]}})
+    values = {"nfdLite": {"allowPrefixes": [prefix]}}
     proc = run_helm(tools, which, "lint", "--strict", str(CHART), values=values, tmp=tmp_path)
     assert (proc.returncode != 0) == (allow_prefix_problem(prefix) is not None), proc.stdout + proc.stderr
 
@@ -255,7 +254,6 @@ def test_the_writer_is_told_its_admission_policys_name(
         str(CHART),
         "--kube-version",
         "1.30.0",
-        values=API_SERVER,
         tmp=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
@@ -369,34 +367,11 @@ def test_network_policy_only_metrics_in_dns_and_api_out(rendered: dict[tuple[str
 def test_network_policy_admits_no_scraper_unless_named(rendered: dict[tuple[str, str], str]) -> None:
     spec = _policy(documents(rendered["helm3", "defaults"]))["spec"]
     assert "Ingress" in spec["policyTypes"] and "ingress" not in spec
-    assert all("to" in rule for rule in spec["egress"])
-
-
-@pytest.mark.parametrize("which", HELMS)
-def test_network_policy_refuses_to_guess_the_api_server(tools: Tools, tmp_path: Path, which: str) -> None:
-    # No cluster to look the endpoints up in and none given: a clear error, not egress to everything.
-    proc = run_helm(tools, which, "template", "x", str(CHART), "--kube-version", "1.30.0", tmp=tmp_path)
-    assert proc.returncode != 0
-    assert "networkPolicy: the API server's addresses are unknown" in proc.stderr
-    assert "networkPolicy.apiServerCIDRs" in proc.stderr
-    off = run_helm(
-        tools,
-        which,
-        "template",
-        "x",
-        str(CHART),
-        "--kube-version",
-        "1.30.0",
-        "--set",
-        "networkPolicy.enabled=false",
-        tmp=tmp_path,
-    )
-    assert off.returncode == 0, off.stderr
 
 
 @pytest.mark.parametrize("which", HELMS)
 def test_service_monitor_needs_a_named_scraper(tools: Tools, tmp_path: Path, which: str) -> None:
-    values = merged(API_SERVER, {"metrics": {"serviceMonitor": {"enabled": True}}})
+    values = {"metrics": {"serviceMonitor": {"enabled": True}}}
     proc = run_helm(
         tools, which, "template", "x", str(CHART), "--kube-version", "1.30.0", values=values, tmp=tmp_path
     )

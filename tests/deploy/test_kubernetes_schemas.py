@@ -3,17 +3,22 @@ the oldest Kubernetes the chart admits (Chart.yaml kubeVersion >= 1.30) and the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import kubernetes_validate
 import pytest
 import yaml
 from kubernetes_validate.utils import latest_version
 
 from tests.deploy.chart import CHART, MATRIX, documents
+from tests.deploy.cni_policies import CALICO, CILIUM, pinned, validation_errors
 
 OLDEST = "1.30.0"
 NEWEST = latest_version()
-# Custom resources have no built-in schema; the ServiceMonitor is checked for shape in test_chart.
-NO_SCHEMA = {("monitoring.coreos.com/v1", "ServiceMonitor")}
+# Custom resources have no built-in schema: the CNI-native policies are checked against their projects'
+# published CRDs below, the ServiceMonitor for shape in test_chart (and by a real API server in tests/kube).
+NO_SCHEMA = {("monitoring.coreos.com/v1", "ServiceMonitor"), CILIUM, CALICO}
 
 
 def test_oldest_is_what_the_chart_claims() -> None:
@@ -41,3 +46,49 @@ def test_strict_validation_catches_a_misspelt_field(rendered: dict[tuple[str, st
     ds["spec"]["template"]["spec"]["containers"][0]["securityContext"]["readOnlyRootFileSystem"] = True
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(ds, OLDEST, strict=True)
+
+
+@pytest.mark.parametrize(("entry", "kind"), [("cilium", CILIUM), ("calico", CALICO)])
+def test_cni_policies_validate_against_their_projects_schemas(
+    rendered: dict[tuple[str, str], str], entry: str, kind: tuple[str, str]
+) -> None:
+    (policy,) = [d for d in documents(rendered["helm3", entry]) if (d["apiVersion"], d["kind"]) == kind]
+    assert validation_errors(policy) == []
+    source = pinned(kind)["source"]
+    assert source["sum"].startswith("h1:") and len(source["sha256"]) == 64  # where the schema came from
+
+
+@pytest.mark.parametrize(
+    ("entry", "kind", "break_it", "said"),
+    [
+        (
+            "cilium",
+            CILIUM,
+            lambda s: s["egress"][0].update(toEntities=["apiserver"]),
+            "'apiserver' is not one of",
+        ),
+        (
+            "cilium",
+            CILIUM,
+            lambda s: s["egress"][0].update(toEntity=["kube-apiserver"]),
+            "'toEntity' was unexpected",
+        ),
+        (
+            "calico",
+            CALICO,
+            lambda s: s["egress"][0]["destination"].update(services="kubernetes"),
+            "not of type",
+        ),
+        ("calico", CALICO, lambda s: s.update(type=["Egress"]), "'type' was unexpected"),
+    ],
+)
+def test_the_cni_schema_check_catches_what_the_cni_would_refuse(
+    rendered: dict[tuple[str, str], str],
+    entry: str,
+    kind: tuple[str, str],
+    break_it: Callable[[dict[str, Any]], None],
+    said: str,
+) -> None:
+    (policy,) = [d for d in documents(rendered["helm3", entry]) if (d["apiVersion"], d["kind"]) == kind]
+    break_it(policy["spec"])
+    assert any(said in error for error in validation_errors(policy)), validation_errors(policy)

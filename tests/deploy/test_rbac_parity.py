@@ -57,7 +57,7 @@ def test_chart_equals_rbac_dir(rendered: dict[tuple[str, str], str], which: str)
 
 @pytest.mark.parametrize("which", HELMS)
 def test_chart_equals_rbac_dir_for_another_release(tools: Tools, tmp_path: Path, which: str) -> None:
-    from tests.deploy.chart import API_SERVER, CHART, run_helm
+    from tests.deploy.chart import CHART, run_helm
 
     proc = run_helm(
         tools,
@@ -69,7 +69,6 @@ def test_chart_equals_rbac_dir_for_another_release(tools: Tools, tmp_path: Path,
         "gpu-ops",
         "--kube-version",
         "1.30.0",
-        values=API_SERVER,
         tmp=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr

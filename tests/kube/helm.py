@@ -27,13 +27,18 @@ def helm(
 
 
 def install(
-    which: str, kube: ControlPlane, tmp: Path, release: str, namespace: str, values: dict[str, Any]
+    which: str,
+    kube: ControlPlane,
+    tmp: Path,
+    release: str,
+    namespace: str,
+    values: dict[str, Any],
+    chart: Path = CHART,
 ) -> subprocess.CompletedProcess[str]:
-    """``helm install RELEASE charts/gpu-labeller -n NAMESPACE -o json``; the release (with its manifest)
-    is the JSON on stdout."""
-    return helm(
-        which, kube, tmp, "install", release, str(CHART), "-n", namespace, "-o", "json", values=values
-    )
+    """``helm install RELEASE CHART -n NAMESPACE -o json`` (the chart's directory, or a packaged .tgz);
+    the release (with its manifest) is the JSON on stdout."""
+    args = ("install", release, str(chart), "-n", namespace, "-o", "json")
+    return helm(which, kube, tmp, *args, values=values)
 
 
 def manifest_objects(release_json: str) -> list[dict[str, Any]]:
@@ -108,7 +113,8 @@ def create_namespace(kube: ControlPlane, name: str, enforce: str, warn: str = "r
 def publish_api_server_endpoints(kube: ControlPlane, address: str, port: int) -> None:
     """The `kubernetes` Service's endpoints in `default`, as a cluster's endpoint reconciler keeps them.
     The test control plane runs without one (it would publish a loopback address, which validation
-    refuses), so the address here is a documentation address the chart's look-up will find."""
+    refuses), so the address here is a documentation address: what a look-up at install would find (the
+    chart does none, and the tests check that nothing of it shows)."""
     endpoint_port = {"name": "https", "port": port, "protocol": "TCP"}
     kube.must(
         "POST",
@@ -205,14 +211,21 @@ def install_service_monitor_crd(kube: ControlPlane, timeout: float = 30.0) -> No
             ],
         },
     }
+    install_crd(kube, crd, timeout)
+
+
+def install_crd(kube: ControlPlane, crd: dict[str, Any], timeout: float = 30.0) -> None:
+    """Create the CustomResourceDefinition ``crd`` and wait until the API server serves its kind."""
     kube.must("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+    group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
+    paths = [f"/apis/{group}/{version['name']}" for version in crd["spec"]["versions"] if version["served"]]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        answer = kube.request("GET", "/apis/monitoring.coreos.com/v1")
-        if answer.status == 200 and any(r["name"] == "servicemonitors" for r in answer.json()["resources"]):
+        answers = [kube.request("GET", path) for path in paths]
+        if all(a.status == 200 and any(r["name"] == plural for r in a.json()["resources"]) for a in answers):
             return
         time.sleep(0.2)
-    raise AssertionError(f"the ServiceMonitor CRD was not served within {timeout:.0f} s")
+    raise AssertionError(f"CRD {crd['metadata']['name']} was not served within {timeout:.0f} s")
 
 
 def not_kept(rendered: Any, stored: Any, path: str = "") -> list[str]:

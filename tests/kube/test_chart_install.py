@@ -1,7 +1,10 @@
 """The chart installed by the real helm 3 and 4 into a real kube-apiserver, for the documented defaults and
 every variant of the values matrix: the server accepts every object (schema, validation, admission, Pod
-Security), stores it as rendered, the admission policy's CEL type-checks against the Node schema, and
-``helm uninstall`` leaves nothing of the release behind.
+Security; Cilium's and Calico's policies against the CRDs those projects publish), stores it as rendered,
+the admission policy's CEL type-checks against the Node schema, and ``helm uninstall`` leaves nothing of
+the release behind. Rendered the GitOps way (`helm template` with no cluster, then `kubectl apply
+--server-side`, as Argo CD applies), the objects are those `helm install` creates; and `helm upgrade` from
+the previous release's packaged chart to this one's (packaged by the release workflow's own step) takes.
 
 These tests run on a control plane of their own: the shared one holds rbac/ (the chart's objects under the
 documented release name, owned by another field manager), and the admission policies and namespaces made
@@ -18,15 +21,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from tests.deploy.chart import CHART, HELMS, MATRIX, documents
+from tests.deploy.chart import CHART, HELMS, MATRIX, documents, run_helm
+from tests.deploy.cni_policies import CALICO, CILIUM, serving_crd
+from tests.deploy.release import package_chart, previous_chart
 from tests.kube.controlplane import OLDEST_BINARIES, ControlPlane
 from tests.kube.helm import (
+    TOOLS,
     create_namespace,
     get_objects,
     helm,
     hook_manifests,
     install,
+    install_crd,
     install_service_monitor_crd,
     manifest_objects,
     not_kept,
@@ -44,8 +52,8 @@ CASES: dict[str, dict[str, Any]] = {"documented": {}, **MATRIX}
 # and the containers that break "restricted" in each (Jetson: only its hostPath volumes; nfd-lite: never).
 PRIVILEGED = {"hostpath": {"gfd"}, "jetson": set(), "vgpu-and-mig-monitor": {"gfd"}}
 POD_SECURITY_WARNING = "would violate PodSecurity"
-# Where the cluster says its API server is: a port outside the chart's default apiServerPorts, so only the
-# look-up can have put it into the NetworkPolicy.
+# Where the cluster says its API server is: an address and a port no values name, so that anything looked
+# up at install would show in what is installed.
 API_ADDRESS, API_PORT = "192.0.2.1", 8443
 
 
@@ -63,6 +71,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     with ControlPlane(tmp_path_factory.mktemp("chart-kube")) as plane:
         publish_api_server_endpoints(plane, API_ADDRESS, API_PORT)
         install_service_monitor_crd(plane)
+        for kind in (CILIUM, CALICO):  # the clusters those modes are for serve these kinds
+            install_crd(plane, serving_crd(kind))
         yield plane
 
 
@@ -108,23 +118,118 @@ def test_install_is_accepted_and_uninstall_removes_everything(
     assert release_secrets(cluster, name) == []
 
 
+EGRESS_NOTE = {
+    "documented": "connect to any address on ports 443, 6443",
+    "cilium": "as Cilium's kube-apiserver entity (CiliumNetworkPolicy gitops-cilium-",
+    "calico": "reach the `kubernetes` Service's endpoints (Calico NetworkPolicy gitops-calico-",
+}
+
+
+def gitops_render(which: str, tmp: Path, release: str, values: dict[str, Any], *extra: str) -> str:
+    """`helm template` as Argo CD and reviews run it: no cluster at all (no kubeconfig reachable)."""
+    proc = run_helm(
+        TOOLS, which, "template", release, str(CHART), "-n", release, *extra, values=values, tmp=tmp
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def not_hooks(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What Argo CD applies of a render: Helm's hooks aside (it has no counterpart for `helm test` hooks and
+    creates none), as `helm install` creates them only on `helm test`."""
+    return [d for d in docs if "helm.sh/hook" not in (d["metadata"].get("annotations") or {})]
+
+
+def by_ref(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {ref(d): d for d in docs}
+
+
 @pytest.mark.parametrize("which", HELMS)
-def test_network_policy_lets_nfd_lite_reach_the_api_server_it_looked_up(
-    cluster: ControlPlane, tmp_path: Path, which: str
+@pytest.mark.parametrize("entry", ["documented", "cilium", "calico"])
+def test_the_gitops_render_is_what_helm_install_creates_and_applies_server_side(
+    cluster: ControlPlane, tmp_path: Path, which: str, entry: str
 ) -> None:
-    name = f"lookup-{which}"
+    name = f"gitops-{entry}-{which}"
     create_namespace(cluster, name, "restricted")
-    extra = "10.0.0.0/24"
-    _, objects = installed(cluster, tmp_path, which, name, {"networkPolicy": {"apiServerCIDRs": [extra]}})
-    policy = next(obj for obj in objects if obj["kind"] == "NetworkPolicy")
-    stored = get_objects(cluster, name, [ref(policy)])[ref(policy)]
-    api_rules = [rule for rule in stored["spec"]["egress"] if any("ipBlock" in peer for peer in rule["to"])]
-    assert len(api_rules) == 1
-    cidrs = {peer["ipBlock"]["cidr"] for peer in api_rules[0]["to"]}
-    ports = {port["port"] for port in api_rules[0]["ports"]}
-    assert cidrs == {f"{API_ADDRESS}/32", extra}
-    assert ports == {API_PORT, 443, 6443}
+    values = CASES[entry]
+    offline = documents(gitops_render(which, tmp_path, name, values))
+    # The documented way for plain kubectl drops the same hooks.
+    assert documents(gitops_render(which, tmp_path, name, values, "--skip-tests")) == not_hooks(offline)
+    # helm install, which could look things up in this cluster (the API server's endpoints are
+    # published), creates exactly those objects.
+    done, installed_objects = installed(cluster, tmp_path, which, name, values)
+    assert by_ref(installed_objects) == by_ref(not_hooks(offline))
+    # The notes say where nfd-lite may connect to, and that the render is the install.
+    notes = " ".join(json.loads(done.stdout)["info"]["notes"].split())
+    assert EGRESS_NOTE[entry] in notes, notes
+    assert "`helm template` renders the same objects as this install" in notes
     assert helm(which, cluster, tmp_path, "uninstall", name, "-n", name).returncode == 0
+
+    # Argo CD's way: the rendered objects applied server-side, under its field manager.
+    manifests = tmp_path / "rendered.yaml"
+    manifests.write_text(yaml.safe_dump_all(not_hooks(offline)))
+    applied = ["apply", "--server-side", "--field-manager=argocd-controller", "-f", str(manifests)]
+    cluster.kubectl(*applied)
+    refs = [ref(d) for d in not_hooks(offline)]
+    stored = get_objects(cluster, name, refs)
+    assert not {r: diff for obj in not_hooks(offline) if (diff := not_kept(obj, stored[r := ref(obj)]))}
+    for policy in (o["metadata"]["name"] for o in offline if o["kind"] == "ValidatingAdmissionPolicy"):
+        assert type_check_warnings(cluster, policy) == []
+    # In sync: a server-side diff of the same render finds nothing to change (nothing random or
+    # cluster-dependent in it, nothing the server rewrites).
+    diff = cluster.kubectl(
+        "diff", "--server-side", "--field-manager=argocd-controller", "-f", str(manifests), check=False
+    )
+    assert diff.returncode == 0, diff.stdout + diff.stderr
+    cluster.kubectl("delete", "--wait=false", "-f", str(manifests))
+
+
+@pytest.fixture(scope="module")
+def charts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The previous release's chart and this one, each as `helm package` made it (this one by the release
+    workflow's package step, as tag v0.2.0-rc.1 would)."""
+    tmp = tmp_path_factory.mktemp("charts")
+    return {
+        "previous": previous_chart(TOOLS, tmp / "previous"),
+        "this": package_chart(TOOLS, "0.2.0-rc.1", tmp),
+    }
+
+
+# Values a user of the previous release installed with: their own registry and the API server's address
+# they had to give for `helm template` (now the whole of the egress rule).
+PREVIOUS_VALUES = {
+    "image": {"repository": "registry.example.com/gpu-labeller"},
+    "networkPolicy": {"apiServerCIDRs": ["10.0.0.0/24"]},
+}
+
+
+@pytest.mark.parametrize("which", HELMS)
+@pytest.mark.parametrize("reuse", ["--reuse-values", "--reset-then-reuse-values"])
+def test_upgrade_from_the_previous_release_keeps_the_users_values(
+    cluster: ControlPlane, tmp_path: Path, charts: dict[str, Path], which: str, reuse: str
+) -> None:
+    name = f"upgrade-{reuse.strip('-').split('-')[0]}-{which}"
+    create_namespace(cluster, name, "restricted")
+    done = install(which, cluster, tmp_path, name, name, PREVIOUS_VALUES, chart=charts["previous"])
+    assert done.returncode == 0, done.stderr
+    before = {ref(o): o for o in manifest_objects(done.stdout)}
+    # As the previous docs said: upgrade with the values kept. --reuse-values carries the previous chart's
+    # defaults along (without networkPolicy.apiServerEgress, which the templates then default).
+    up = helm(which, cluster, tmp_path, "upgrade", name, str(charts["this"]), "-n", name, reuse, "-o", "json")
+    assert up.returncode == 0, up.stderr
+    after = manifest_objects(up.stdout)
+    assert set(before) <= {ref(o) for o in after}  # nothing the previous release made is deleted
+    stored = get_objects(cluster, name, [ref(o) for o in after])
+    assert not {r: diff for obj in after if (diff := not_kept(obj, stored[r := ref(obj)]))}
+    (daemonset,) = [o for o in after if o["kind"] == "DaemonSet"]
+    images = {c["image"] for c in daemonset["spec"]["template"]["spec"]["containers"]}
+    assert images == {"registry.example.com/gpu-labeller:0.2.0-rc.1"}  # the user's registry, the new tag
+    (policy,) = [o for o in after if o["kind"] == "NetworkPolicy"]
+    (api,) = policy["spec"]["egress"][1:]
+    assert api["to"] == [{"ipBlock": {"cidr": "10.0.0.0/24"}}]  # the given subnet, nothing looked up
+    assert f"{API_ADDRESS}/32" in json.dumps(before)  # which the previous chart had added
+    assert helm(which, cluster, tmp_path, "uninstall", name, "-n", name).returncode == 0
+    assert of_release(cluster, name, after) == set()
 
 
 @pytest.fixture(scope="module")

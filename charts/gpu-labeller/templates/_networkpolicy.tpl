@@ -1,41 +1,20 @@
 {{/*
-The API server's endpoints as JSON {"cidrs": [...], "ports": [...]}: what the cluster says now (the
-EndpointSlices of the `kubernetes` Service, or its Endpoints on clusters without them) plus
-networkPolicy.apiServerCIDRs / apiServerPorts. Egress policies see the endpoint address, not the service
-IP. `lookup` finds nothing where there is no cluster (helm template, helm lint), so the values list is
-then all there is.
+How nfd-lite's egress names the API server (networkPolicy.apiServerEgress): kubernetes, cilium or calico.
+Nothing is looked up in the cluster, so `helm template` renders what `helm install` creates. A release
+upgraded with --reuse-values from a chart without the value has none: it is then the default.
 */}}
-{{- define "gpu-labeller.apiServerEndpoints" -}}
-{{- $cidrs := list -}}
-{{- $ports := list -}}
-{{- $slices := lookup "discovery.k8s.io/v1" "EndpointSlice" "default" "" -}}
-{{- range ($slices.items | default list) -}}
-{{- if eq (get (.metadata.labels | default dict) "kubernetes.io/service-name") "kubernetes" -}}
-{{- $bits := ternary "128" "32" (eq .addressType "IPv6") -}}
-{{- range (.endpoints | default list) -}}
-{{- range (.addresses | default list) -}}
-{{- $cidrs = append $cidrs (printf "%s/%s" . $bits) -}}
+{{- define "gpu-labeller.apiServerEgress" -}}
+{{- $mode := .Values.networkPolicy.apiServerEgress | default "kubernetes" -}}
+{{- if not (has $mode (list "kubernetes" "cilium" "calico")) -}}
+{{- fail (printf "networkPolicy.apiServerEgress: %q is none of kubernetes, cilium, calico" $mode) -}}
 {{- end -}}
+{{- if and (ne $mode "kubernetes") .Values.networkPolicy.apiServerCIDRs -}}
+{{- fail (printf "networkPolicy.apiServerCIDRs is used only with networkPolicy.apiServerEgress=kubernetes; with %s the policy names the API server itself: remove the CIDRs" $mode) -}}
 {{- end -}}
-{{- range (.ports | default list) -}}
-{{- $ports = append $ports (int .port) -}}
+{{- $mode -}}
 {{- end -}}
-{{- end -}}
-{{- end -}}
-{{- if not $cidrs -}}
-{{- $endpoints := lookup "v1" "Endpoints" "default" "kubernetes" -}}
-{{- range ($endpoints.subsets | default list) -}}
-{{- range (.addresses | default list) -}}
-{{- $cidrs = append $cidrs (printf "%s/%s" .ip (ternary "128" "32" (contains ":" .ip))) -}}
-{{- end -}}
-{{- range (.ports | default list) -}}
-{{- $ports = append $ports (int .port) -}}
-{{- end -}}
-{{- end -}}
-{{- end -}}
-{{- $cidrs = concat $cidrs .Values.networkPolicy.apiServerCIDRs | uniq -}}
-{{- range .Values.networkPolicy.apiServerPorts -}}
-{{- $ports = append $ports (int .) -}}
-{{- end -}}
-{{- dict "cidrs" $cidrs "ports" (uniq $ports) | toJson -}}
+
+{{/* The name of the CNI-native policy that lets nfd-lite reach the API server (cilium, calico modes). */}}
+{{- define "gpu-labeller.apiServerPolicyName" -}}
+{{- printf "%s-api-server" (include "gpu-labeller.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end -}}
