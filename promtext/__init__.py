@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -122,6 +122,17 @@ class Counter(_Metric):
 
 class Gauge(_Metric):
     kind = "gauge"
+    _function: Callable[[], float] | None = None
+
+    def set_function(self, function: Callable[[], float]) -> None:
+        """Take the value from ``function`` at each read (a scrape), instead of a value set."""
+        self._function = function
+
+    def samples(self) -> Iterator[Sample]:
+        if self._function is not None:
+            yield self.name, {}, float(self._function())
+            return
+        yield from super().samples()
 
     def set(self, value: float) -> None:
         self._set(self._unlabelled(), value)

@@ -34,13 +34,18 @@ def test_counters_and_gauges_read_back_as_written() -> None:
     by.labels(odd).inc()
     by.labels(kind="plain").inc(4)
     level.set(-2.5)
+    seconds = [7.0]
+    Gauge("since", "Seconds since.", registry=registry).set_function(lambda: seconds[0])
     text = registry.exposition().decode()
     assert _parsed(text) == {
         ("things_total", ()): 3.0,
         ("errors_total", (("kind", odd),)): 1.0,
         ("errors_total", (("kind", "plain"),)): 4.0,
         ("level", ()): -2.5,
+        ("since", ()): 7.0,
     }
+    seconds[0] = 9.5  # read at each scrape
+    assert registry.get_sample_value("since") == 9.5
     families = {f.name: f for f in text_string_to_metric_families(text)}
     assert (families["things"].type, families["level"].type) == ("counter", "gauge")
     assert families["errors"].documentation == 'Errors, by "kind" \\ and\nline.'
