@@ -17,11 +17,12 @@ the two.
   divided by P; peak RSS (VmHWM) at the end. The peak of both grows over the first 40-80 passes (the
   heap settling), so a run is some 50 passes long; the interval (100 ms by default) barely moves the CPU
   per pass (measured: 100 ms and 500 ms within the run-to-run spread).
-- the README's first command (ours alone): the mock backend on profiles/dgx-a100-mig.yaml, CPU.
+- the README's first command (ours alone; its gfd arguments read from README.md): CPU and peak RSS.
 """
 
 from __future__ import annotations
 
+import shlex
 import signal
 import subprocess
 import sys
@@ -46,21 +47,10 @@ MACHINES = {  # name -> (the mock's MIG layout, the MIG strategy)
 }
 SHARING = ROOT / "profiles" / "sharing" / "time-slicing.yaml"
 MACHINE_TYPE = "NVIDIA DGX A100"
-README_FIRST_COMMAND = [
-    "--oneshot",
-    "--backend",
-    "mock",
-    "--mock-profile",
-    "profiles/dgx-a100-mig.yaml",
-    "--mig-strategy",
-    "single",
-    "--output-file",
-    "-",
-]
 
 
 class PeerMissing(Exception):
-    pass
+    """NVIDIA's GFD or the mock NVML library is not built; the message says how to build them."""
 
 
 @dataclass(frozen=True)
@@ -210,15 +200,26 @@ def daemon_figures(installed: Installed, *, runs: int, passes: int, interval: st
     return figures
 
 
+def readme_first_command() -> list[str]:
+    """The gfd arguments of the README's first command, read from the README (it runs in its root)."""
+    for line in (ROOT / "README.md").read_text().splitlines():
+        _, found, arguments = line.partition(".venv/bin/gfd ")
+        if found:
+            return shlex.split(arguments)
+    raise ValueError("README.md: no `.venv/bin/gfd` command found")
+
+
 def first_command_figures(installed: Installed, *, runs: int) -> list[Figure]:
+    arguments = readme_first_command()
+
     def run() -> dict[str, float]:
-        usage = run_to_end([str(installed.gfd), *README_FIRST_COMMAND], installed.env(), cwd=ROOT)
+        usage = run_to_end([str(installed.gfd), *arguments], installed.env(), cwd=ROOT)
         if usage.status != 0:
             raise RuntimeError(f"the README's first command failed (exit {usage.status})")
         return {"cpu_ms": usage.cpu_s * 1000, "rss": usage.peak_rss_mib}
 
     got = repeated(runs, run)
-    what = "the README's first command (`gfd --oneshot --backend mock`, dgx-a100-mig), CPU"
+    what = f"the README's first command (`gfd {' '.join(arguments)}`), CPU"
     return [
         Figure(
             "alone", what, "ms", got["cpu_ms"], note="Target for the README's first command: < 250 ms CPU."
