@@ -172,6 +172,7 @@ class Cluster:
 
     def __init__(self, installed: Installed) -> None:
         self.installed = installed
+        self.keep_logs = False  # set when something failed inside, though the block itself ended well
 
     def __enter__(self) -> Cluster:
         self.tmp = Path(tempfile.mkdtemp(prefix="nfd-compare-"))
@@ -197,7 +198,7 @@ class Cluster:
             writer.stop()
         self.nfd.stop()
         self.kube.stop()
-        if kind is None:
+        if kind is None and not self.keep_logs:
             shutil.rmtree(self.tmp, ignore_errors=True)
         else:  # the logs of every process and the audit log, for a look at what went wrong
             print(f"logs kept in {self.tmp}", file=sys.stderr)

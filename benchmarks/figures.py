@@ -82,18 +82,18 @@ class Context:
     installed: Installed
     settings: Settings
     stack: contextlib.ExitStack
-    _cluster: Cluster | None = None
+    started_cluster: Cluster | None = None
     writer_rss_mib: float = 45.0  # until measured: how much memory one writer takes, for the scale guard
 
     def cluster(self) -> Cluster:
         """The real control plane with NFD, started on first use and shared by the pieces that need it."""
-        if self._cluster is None:
+        if self.started_cluster is None:
             if os.geteuid() != 0:
                 raise PermissionError(
                     "the real-cluster pieces run the writers in mount namespaces: run as root"
                 )
-            self._cluster = self.stack.enter_context(Cluster(self.installed))
-        return self._cluster
+            self.started_cluster = self.stack.enter_context(Cluster(self.installed))
+        return self.started_cluster
 
 
 # ---- the pieces --------------------------------------------------------------------------------------
@@ -306,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as err:  # one piece failing leaves the others' figures
                 traceback.print_exc()
                 failed.append(f"{name} ({type(err).__name__}: {err})")
+                if context.started_cluster is not None:
+                    context.started_cluster.keep_logs = True
             print(f"    {name} took {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
     versions = {
         "gfd": _go_module_version("nvidia-gfd", "github.com/NVIDIA/k8s-device-plugin"),
@@ -315,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, commit {_git()}, {os.cpu_count()} CPUs, "
         f"load average {load_before[0]:.2f} before and {os.getloadavg()[0]:.2f} after; "
-        f"{'quick smoke run' if args.quick else 'full run'} of {time.monotonic() - began:.0f} s."
+        f"{'quick smoke ' if args.quick else ''}run of {', '.join(args.pieces) or 'every piece'} in "
+        f"{time.monotonic() - began:.0f} s."
     )
     print(installed.describe() + ".")
     print(
