@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from _chart import nfd_lite_args, nfd_lite_env  # noqa: E402
 from _install import Installed  # noqa: E402
+from _measure import free_port  # noqa: E402
 
 from tests.kube.controlplane import ControlPlane  # noqa: E402
 from tests.kube.fixtures import apply_rbac  # noqa: E402
@@ -219,7 +220,8 @@ class Cluster:
         return writer
 
     def prepare_worker(self, node: str, features: Path) -> NfdProcess:
-        return self.nfd.prepare_worker(node, features, uid=self._uid())
+        # Its health and metrics port as nfd-lite's: below the ephemeral range (the later -port wins).
+        return self.nfd.prepare_worker(node, features, f"-port={free_port()}", uid=self._uid())
 
     def stop(self, processes: Iterable[LoggedProcess]) -> None:
         """Stop them all at once (each asked first, then each waited for), as a rollout would."""

@@ -349,6 +349,8 @@ def _scale_round(c: Cluster, side: str, count: int, name: str, steady: float) ->
         while (
             min(c.watch.count_with(nodes, KEY, "start"), c.watch.count_with(nodes, EXTRA_KEY, "true")) < count
         ):
+            if ended := next((p for p in processes if not p.running()), None):
+                raise RuntimeError(f"{side} x{count}: a writer exited: {ended.output().strip()[-300:]}")
             if time.perf_counter() > deadline:
                 raise RuntimeError(f"{side} x{count}: not every Node labelled after 600 s")
             with c.watch.cond:
