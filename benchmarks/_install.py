@@ -140,7 +140,8 @@ def _run(argv: list[str | Path], what: str) -> None:
 
 
 def _build(python: str, files: list[Path], target: Path) -> None:
-    print(f"installing the working tree into {target.relative_to(ROOT)} (as the Dockerfile does)", flush=True)
+    where = target.relative_to(ROOT)
+    print(f"installing the working tree into {where} (as the Dockerfile does)", file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory(prefix="gpu-labeller-src-") as src_dir:
         src = Path(src_dir)
         for path in files:  # the build context: only what the image gets
