@@ -1,19 +1,24 @@
-"""Shared set-up for the nfd-lite benchmarks: the fake API server in this process, the writer as its own
-process (``python -m nfd_lite``), exactly as it runs in the pod apart from the kubeconfig."""
+"""Shared set-up for the nfd-lite benchmarks on the fake API server (tests/apiserver): the server in this
+process, the writer as its own process (the installed ``nfd-lite``, benchmarks/_install.py), as it runs
+in the pod apart from the kubeconfig (the fake server is reached through one)."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from _chart import nfd_lite_args, nfd_lite_env  # noqa: E402
+from _install import Installed  # noqa: E402
+from _measure import peak_rss_mib  # noqa: E402
 
 from tests.apiserver.server import FakeApiServer  # noqa: E402
 
@@ -35,18 +40,22 @@ def _no_delay(server: FakeApiServer) -> None:
 
 
 class Bench:
-    def __init__(self, *writer_args: str, **server: Any) -> None:
+    def __init__(self, installed: Installed, *writer_args: str, **server: Any) -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix="nfd-lite-bench-"))
-        self.features = self.tmp / "features.d"
+        self.features = self.tmp / "source.d"  # where gfd writes
         self.features.mkdir()
+        (self.tmp / "features.d").mkdir()
         self.server = FakeApiServer(**server).start()
         _no_delay(self.server)
         self.server.add_node(NODE)
         token = self.server.token_for_service_account("gpu-labeller", "nfd-lite", node_name=NODE)
         kubeconfig = self.server.write_kubeconfig(self.tmp / "kubeconfig", token)
-        argv = ["--node-name", NODE, "--kubeconfig", str(kubeconfig), "--features-dir", str(self.features),
-                "--metrics-address", "", "--log-level", "warning", *writer_args]  # fmt: skip
-        self.proc = subprocess.Popen([sys.executable, "-m", "nfd_lite", *argv], env=dict(os.environ))
+        chart = nfd_lite_args([self.features, self.tmp / "features.d"])
+        argv = [str(installed.nfd_lite), "--kubeconfig", str(kubeconfig), *chart, *writer_args]
+        with open(self.tmp / "nfd-lite.log", "wb") as log:  # its log, kept out of the figures' output
+            self.proc = subprocess.Popen(
+                argv, env=installed.env() | nfd_lite_env(NODE), stdout=log, stderr=subprocess.STDOUT
+            )
 
     def write(self, text: str, name: str = "gfd") -> None:
         temp = self.features / f".{name}.tmp"
@@ -64,11 +73,8 @@ class Bench:
     def writer_requests(self) -> list[Any]:
         return [r for r in self.server.requests if r.user == USER]
 
-    def peak_rss_kib(self) -> int:
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-        return 0
+    def peak_rss_mib(self) -> float:
+        return peak_rss_mib(self.proc.pid)
 
     def close(self) -> None:
         self.proc.terminate()
@@ -77,7 +83,4 @@ class Bench:
         except subprocess.TimeoutExpired:
             self.proc.kill()
         self.server.stop()
-
-
-def settle(seconds: float) -> None:
-    time.sleep(seconds)
+        shutil.rmtree(self.tmp, ignore_errors=True)

@@ -1,7 +1,7 @@
 """Shared set-up for the benchmarks on the real control plane (tests/kube): kube-apiserver, which keeps an
 audit log of every request, the project's rbac/ applied, upstream NFD installed from its own manifests,
 and both label writers run as their pods run them (pod-bound tokens at the in-cluster path, NFD's
-features.d).
+features.d; nfd-lite installed as the image installs it, with the chart's arguments).
 
 Requests are counted at the server from its audit log, by the identity that made them: each request once
 (a watch when it started, so one still open at the end is counted).
@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import ssl
 import sys
 import tempfile
@@ -28,8 +29,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from _chart import nfd_lite_args, nfd_lite_env  # noqa: E402
+from _install import Installed  # noqa: E402
+from _measure import free_port  # noqa: E402
+
 from tests.kube.controlplane import ControlPlane  # noqa: E402
 from tests.kube.fixtures import apply_rbac  # noqa: E402
+from tests.kube.nfd import NAMESPACE as NFD_NAMESPACE  # noqa: E402
 from tests.kube.nfd import NfdProcess, UpstreamNfd, as_kubelet_registers, sandbox_command  # noqa: E402
 from tests.kube.process import LoggedProcess  # noqa: E402
 
@@ -135,25 +141,24 @@ class NodeWatch:
 
 
 class LiteWriter(LoggedProcess):
-    """nfd-lite as its pod runs it, for one Node, as user ``uid``: prepared (token issued) first,
-    ``start()`` later."""
+    """nfd-lite as the chart's pod runs it, for one Node, as user ``uid``: in-cluster mode, the chart's
+    arguments for ``directories``; prepared (token issued) first, ``start()`` later."""
 
-    def __init__(self, kube: ControlPlane, workdir: Path, node: str, features: Path, uid: int) -> None:
+    def __init__(
+        self,
+        kube: ControlPlane,
+        installed: Installed,
+        workdir: Path,
+        node: str,
+        directories: list[Path],
+        uid: int,
+    ) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         sa_dir, env = kube.in_cluster(workdir / "serviceaccount", kube.pod_token(node))
-        argv = [sys.executable, "-m", "nfd_lite", "--node-name", node, "--features-dir", str(features),
-                "--metrics-address", "", "--log-level", "warning"]  # fmt: skip
+        argv = [str(installed.nfd_lite), *nfd_lite_args(directories)]
         command = sandbox_command(sa_dir, argv, uid=uid)
-        super().__init__(
-            "nfd-lite", command, {**os.environ, **env, "PYTHONUNBUFFERED": "1"}, workdir / "nfd-lite.log"
-        )
-
-
-def peak_rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+        env = installed.env({**os.environ, **env}) | nfd_lite_env(node)
+        super().__init__("nfd-lite", command, env, workdir / "nfd-lite.log")
 
 
 def write_atomic(directory: Path, text: str, name: str = "gfd") -> None:
@@ -163,8 +168,12 @@ def write_atomic(directory: Path, text: str, name: str = "gfd") -> None:
 
 
 class Cluster:
-    """``with Cluster() as c:`` the audited control plane, rbac/ applied, NFD installed and nfd-master
-    running on a Node of its own. Everything started here is stopped at the end."""
+    """``with Cluster(installed) as c:`` the audited control plane, rbac/ applied, NFD installed and
+    nfd-master running on a Node of its own. Everything started here is stopped at the end."""
+
+    def __init__(self, installed: Installed) -> None:
+        self.installed = installed
+        self.keep_logs = False  # set when something failed inside, though the block itself ended well
 
     def __enter__(self) -> Cluster:
         self.tmp = Path(tempfile.mkdtemp(prefix="nfd-compare-"))
@@ -190,7 +199,7 @@ class Cluster:
             writer.stop()
         self.nfd.stop()
         self.kube.stop()
-        if kind is None:
+        if kind is None and not self.keep_logs:
             shutil.rmtree(self.tmp, ignore_errors=True)
         else:  # the logs of every process and the audit log, for a look at what went wrong
             print(f"logs kept in {self.tmp}", file=sys.stderr)
@@ -203,18 +212,29 @@ class Cluster:
         self.next_uid += 1
         return self.next_uid
 
-    def prepare_lite(self, node: str, features: Path) -> LiteWriter:
-        writer = LiteWriter(self.kube, self.tmp / "lite" / node, node, features, self._uid())
+    def prepare_lite(self, node: str, directories: list[Path]) -> LiteWriter:
+        writer = LiteWriter(
+            self.kube, self.installed, self.tmp / "lite" / node, node, directories, self._uid()
+        )
         self.lite.append(writer)
         return writer
 
     def prepare_worker(self, node: str, features: Path) -> NfdProcess:
-        return self.nfd.prepare_worker(node, features, uid=self._uid())
+        # Its health and metrics port as nfd-lite's: below the ephemeral range (the later -port wins).
+        return self.nfd.prepare_worker(node, features, f"-port={free_port()}", uid=self._uid())
 
+    def stop(self, processes: Iterable[LoggedProcess]) -> None:
+        """Stop them all at once (each asked first, then each waited for), as a rollout would."""
+        started = [p for p in processes if p.running()]
+        for process in started:
+            assert process.process is not None
+            process.process.send_signal(signal.SIGTERM)
+        for process in started:
+            process.stop()
 
-def percentile(ordered: list[float], fraction: float) -> float:
-    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
-
-
-def ratio(ours: float, theirs: float) -> str:
-    return f"{ours / theirs:.3g}" if theirs else ("0" if not ours else "inf")
+    def forget(self, nodes: Iterable[str]) -> None:
+        """Delete the Nodes, and NFD's NodeFeature objects (the workers' records of every node), so that
+        later rounds start as clean as the first."""
+        for node in nodes:
+            self.kube.delete_node(node)
+        self.kube.request("DELETE", f"/apis/nfd.k8s-sigs.io/v1alpha1/namespaces/{NFD_NAMESPACE}/nodefeatures")

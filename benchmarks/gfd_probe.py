@@ -1,24 +1,19 @@
-"""Time and NVML calls per GPU of one probe + label pass (a benchmark, run on demand).
+"""CPU time and NVML calls per GPU of one gfd probe + label pass (a benchmark, run on demand).
 
-    .venv/bin/python benchmarks/gfd_probe.py [--repeat 200]
+Runs the NVML backend in this process over the real pynvml bindings and the fake NVML library of the
+tests (tests/fakes/fake_nvml.py), then builds the labels, for machines of 1 and 8 A100 GPUs with every
+GPU in MIG mode (7x 1g.5gb each), under MIG strategies "single" and "mixed", and for a machine of 8 whole
+H100 GPUs: the median CPU time of a pass per GPU over many passes, and how many NVML C calls one pass
+makes per GPU (target: at most 5 ms of CPU per GPU). It measures the code, not the installation: the
+sources are imported from the working tree, by the interpreter that runs the benchmarks.
 
-Runs the NVML backend over the real pynvml bindings and the fake NVML library of the tests
-(tests/fakes/fake_nvml.py), then builds the labels, for machines of 1 and 8 A100 GPUs with
-every GPU in MIG mode (7x 1g.5gb each), under MIG strategies "single" and "mixed", and for a
-machine of 8 whole H100 GPUs. Prints per pass the median CPU time and wall time, the wall
-95th percentile, the CPU time per GPU, and how many NVML C calls one pass makes per GPU.
-Target: at most 5 ms per GPU. The target is checked on CPU time, which a busy shared machine
-does not inflate the way it inflates wall time (the load average is printed with the table);
-the exit status is 1 when a case misses it.
-
-The fake answers in microseconds, so the figures are the bindings' and our own cost; a real
-driver adds its own latency per call, which is why the call count is shown too.
+The fake answers in microseconds, so the figures are the bindings' and our own cost; a real driver adds
+its own latency per call, which is why the call count is shown too.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
+import json
 import statistics
 import sys
 import tempfile
@@ -28,12 +23,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the fake library lives in the tests package
 
-import msgspec  # noqa: E402
 import pytest  # noqa: E402  (MonkeyPatch installs and removes the fake cleanly)
+from _measure import Figure  # noqa: E402
 
 from gfd.backends.nvml import NvmlBackend  # noqa: E402
 from gfd.labels import LabelOptions, build_labels  # noqa: E402
-from gfd.machine_profile import MachineProfile  # noqa: E402
+from gfd.machine_profile import MachineProfile, load_machine_profile  # noqa: E402
 from tests.fakes.fake_nvml import install_fake_nvml  # noqa: E402
 
 TARGET_MS_PER_GPU = 5.0
@@ -78,7 +73,10 @@ def _machine(machine: str, devices: list[dict[str, object]]) -> MachineProfile:
         "cuda_driver_version": 12040,
         "devices": devices,
     }
-    return msgspec.convert(data, MachineProfile)
+    with tempfile.TemporaryDirectory() as tmp:  # through the loader, as gfd reads a profile (JSON is YAML)
+        path = Path(tmp) / "profile.yaml"
+        path.write_text(json.dumps(data))
+        return load_machine_profile(path)
 
 
 def run_case(profile: MachineProfile, strategy: str, repeat: int) -> dict[str, float]:
@@ -112,35 +110,40 @@ def run_case(profile: MachineProfile, strategy: str, repeat: int) -> dict[str, f
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=200, help="timed passes per case (default 200)")
-    args = parser.parse_args(argv)
-    cases = [
-        ("1x A100, MIG 7x 1g.5gb", a100_mig(1), "single"),
-        ("8x A100, MIG 7x 1g.5gb", a100_mig(8), "single"),
-        ("8x A100, MIG 7x 1g.5gb", a100_mig(8), "mixed"),
-        ("8x H100, no MIG, clique", h100_whole(8), "none"),
-    ]
-    head = f"{'machine':<26}{'strategy':<9}{'MIG devs':>9}{'labels':>7}{'CPU ms':>8}{'wall ms':>9}"
-    head += f"{'wall p95':>9}{'CPU ms/GPU':>11}{'calls/GPU':>10}  target"
-    print(head)
-    print("-" * len(head))
-    worst = 0.0
-    for name, profile, strategy in cases:
-        r = run_case(profile, strategy, args.repeat)
-        worst = max(worst, r["ms_per_gpu"])
-        ok = "ok" if r["ms_per_gpu"] <= TARGET_MS_PER_GPU else "OVER"
-        print(
-            f"{name:<26}{strategy:<9}{r['migs']:>9.0f}{r['labels']:>7.0f}{r['cpu_ms']:>8.2f}{r['wall_ms']:>9.2f}"
-            f"{r['p95_ms']:>9.2f}{r['ms_per_gpu']:>11.2f}{r['calls_per_gpu']:>10.1f}  {ok}"
+CASES = [
+    ("1x A100, MIG 7x 1g.5gb", a100_mig, 1, "single"),
+    ("8x A100, MIG 7x 1g.5gb", a100_mig, 8, "single"),
+    ("8x A100, MIG 7x 1g.5gb", a100_mig, 8, "mixed"),
+    ("8x H100, no MIG, clique", h100_whole, 8, "none"),
+]
+
+
+def figures(*, repeat: int) -> list[Figure]:
+    got = []
+    note = (
+        f"gfd probe + label pass: in-process over the tests' fake NVML, median of {repeat} passes; "
+        f"target <= {TARGET_MS_PER_GPU} ms CPU per GPU."
+    )
+    for name, machine, count, strategy in CASES:
+        r = run_case(machine(count), strategy, repeat)
+        got.append(
+            Figure(
+                "alone",
+                f"gfd pass CPU per GPU, {name}, {strategy}",
+                "ms",
+                [r["ms_per_gpu"]],
+                digits=2,
+                note=note,
+            )
         )
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    target = f"target <= {TARGET_MS_PER_GPU} ms"
-    print(f"\nworst: {worst:.2f} CPU ms per GPU ({target}), medians of {args.repeat} passes")
-    print(f"load average {load:.2f} on {os.cpu_count()} CPUs: wall times include waiting for a CPU")
-    return 0 if worst <= TARGET_MS_PER_GPU else 1
+        got.append(
+            Figure("alone", f"gfd pass NVML calls per GPU, {name}, {strategy}", "", [r["calls_per_gpu"]])
+        )
+        note = ""
+    return got
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # the same as figures.py gfd-probe
+    import figures
+
+    sys.exit(figures.main([*["gfd-probe"], *sys.argv[1:]]))

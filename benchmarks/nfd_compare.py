@@ -1,56 +1,57 @@
 """nfd-lite beside upstream NFD (nfd-worker + nfd-master, scripts/peers/nfd) on the real kube-apiserver.
 
-    .venv/bin/python benchmarks/nfd_compare.py propagation [--changes 200] [--no-fake]
-    .venv/bin/python benchmarks/nfd_compare.py scale [--nodes 100,1000] [--steady-window 120] [--no-fake]
+Both writers run as their pods run them (tests/kube: pod-bound tokens at the in-cluster path, each as a
+non-root user of its own). nfd-lite is the installed product (benchmarks/_install.py) with the chart's
+arguments in the hostPath mode: two directories, source.d (gfd's file) and features.d (another file),
+caps at their defaults, metrics on. nfd-worker reads its hard-coded features.d, holding the same two
+files, with its local source only (the job nfd-lite does); nfd-master runs once, on a Node of its own,
+and is counted on NFD's side where the whole label-writing side is compared. Requests are counted at the
+server from its audit log, by identity.
 
-Both writers run as their pods run them (tests/kube: pod-bound tokens at the in-cluster path; nfd-worker
-reads its hard-coded features.d, a bind mount in a private mount namespace; local source only, which is the
-job nfd-lite does), each with its defaults. Requests are counted at the server from its audit log, by
-identity. "ours / theirs" is nfd-lite's figure over NFD's; the fake column is nfd-lite against the in-process
-fake API server (tests/apiserver), as the older benchmarks measure it.
-
-propagation: one features directory, watched by nfd-lite (for one Node) and nfd-worker (for another);
-  each change renames a new file into place, and the clock stops when the new label value is seen on each
-  Node through a watch on the server. NFD's worker takes at most one directory event per second (a fixed
-  ticker; events in between are dropped until its 60 s rescan), so each change's temp file is written at
-  least 1.1 s before its rename and renames are at least 1.1 s apart: the figure is the path from a
-  delivered event to the label. Peak RSS of each process is read after the changes.
-
-scale: for each N, N Nodes, each with its own directory and its own writer; first all nfd-lite writers are
-  started at once, then (after they stop) all nfd-workers. Cold start: from the first process start until
-  every Node carries the labels, the requests/s at the server (mean and busiest second). Steady state: the
-  next --steady-window seconds with nothing changing, requests/s and per node per hour. The time until
-  all are labelled is mostly N processes starting on this machine's few cores (in a cluster each starts
-  on a node of its own); the requests per node and the rates at the server are what carry over. N stops
-  where the writers' memory would not fit (N x the measured peak RSS of one > half of MemAvailable; the
-  machine is shared).
+- start: rounds alternating between the two, each on a fresh Node with its files in place: process
+  start -> both files' labels seen on the Node (through a watch on the server), the writer's CPU at that
+  moment, then a few changes and its peak RSS (VmHWM). NFD's master is warm (running, caches synced,
+  and one uncounted round of each side goes first).
+- propagation: one directory watched by both (nfd-lite for one Node, nfd-worker for another); each change
+  renames a new file into place, and the clock stops when the new value is seen on each Node. NFD's
+  worker takes at most one directory event per second (a fixed ticker; events in between wait for its
+  60 s rescan), so each temp file is written 1.1 s before its rename and renames are 1.1 s apart: the
+  figure is the path from a delivered event to the label.
+- flood: nfd-lite alone, its directory flooded (100,000 one-line files; or filled to the byte cap with
+  short lines): peak RSS once the capped labels are on the Node.
+- scale: N Nodes, each with its own writer, all started at once, rounds alternating between the two:
+  the time until every Node is labelled, the writers' CPU per start at that moment (on this machine's
+  two cores the cold start is CPU-bound: N interpreters starting), the requests at the server; in the
+  last round the next --steady-window seconds with nothing changing. N stops where the writers' memory
+  would not fit (N x the measured RSS of one > half of MemAvailable).
 """
 
 from __future__ import annotations
 
-import argparse
+import itertools
 import math
+import shutil
 import statistics
+import sys
 import time
 from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from _measure import Figure, cpu_seconds, interleaved, peak_rss_mib, percentile
 from _real_cluster import (
     LITE_USER,
     MASTER_USER,
     WORKER_USER,
     Cluster,
-    LiteWriter,
-    NfdProcess,
     Request,
-    peak_rss_mib,
-    percentile,
-    ratio,
     server_requests,
     tally,
     write_atomic,
 )
+
+from tests.kube.process import LoggedProcess
 
 PROFILE_TEXT = (
     "nvidia.com/gpu.present=true\nnvidia.com/gpu.count=8\nnvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3\n"
@@ -59,113 +60,261 @@ PROFILE_TEXT = (
 )
 # The label each change rewrites: one of gfd's own keys, which both writers accept.
 KEY = "nvidia.com/gpu.machine"
+# A file of another writer, in features.d (the hostPath mode's second directory).
+EXTRA_KEY, EXTRA_TEXT = (
+    "feature.node.kubernetes.io/bench-extra",
+    "feature.node.kubernetes.io/bench-extra=true\n",
+)
 SPACING = 1.1  # NFD's worker drops directory events less than a second apart
 SETTLE = 5.0  # seconds after the last Node got its labels that still carry the cold start's tail
+LABEL_TIMEOUT = 180.0
+SIDES = ("lite", "nfd")
 
 
-def row(name: str, ours: float, theirs: float, unit: str, fake: float | None = None) -> str:
-    fake_text = f"{fake:10.2f}" if fake is not None else f"{'-':>10}"
-    return f"  {name:<34}{fake_text}{ours:12.2f}{theirs:12.2f}{ratio(ours, theirs):>10}  {unit}"
+def _lay_out(c: Cluster, side: str, node: str) -> tuple[Path, list[Path]]:
+    """A node's files in place: (the directory gfd writes, the writer's directories)."""
+    home = c.tmp / "nodes" / node
+    source, features = home / "source.d", home / "features.d"
+    features.mkdir(parents=True)
+    gfd_dir = source if side == "lite" else features
+    gfd_dir.mkdir(exist_ok=True)
+    write_atomic(gfd_dir, f"{PROFILE_TEXT}{KEY}=start\n")
+    write_atomic(features, EXTRA_TEXT, "extra")
+    return gfd_dir, [source, features] if side == "lite" else [features]
 
 
-def header() -> str:
-    return f"  {'':<34}{'lite/fake':>10}{'lite/real':>12}{'NFD/real':>12}{'ours/NFD':>10}"
+def _prepare(c: Cluster, side: str, node: str, directories: list[Path]) -> LoggedProcess:
+    return c.prepare_lite(node, directories) if side == "lite" else c.prepare_worker(node, directories[0])
+
+
+def _labelled_at(c: Cluster, node: str, process: LoggedProcess) -> float:
+    """When both files' labels were first seen on ``node`` (perf_counter)."""
+    seen = [
+        c.watch.wait(node, KEY, "start", LABEL_TIMEOUT),
+        c.watch.wait(node, EXTRA_KEY, "true", LABEL_TIMEOUT),
+    ]
+    if None in seen:
+        raise RuntimeError(
+            f"{process.name}: {node} not labelled in {LABEL_TIMEOUT:.0f} s (log {process.log})"
+        )
+    return max(t for t in seen if t is not None)
+
+
+def change(c: Cluster, directory: Path, nodes: list[str], count: int, tag: str) -> list[list[float] | None]:
+    """``count`` changes of KEY in ``directory``'s gfd file, as gfd makes them (a temp file renamed in),
+    each temp file written SPACING before its rename and renames SPACING apart; per change the ms from
+    rename to the value seen on each of ``nodes`` (None: not seen within 90 s)."""
+    temp = directory / ".gfd.tmp"
+    temp.write_text(f"{PROFILE_TEXT}{KEY}={tag}0\n")
+    temp_written = last_rename = time.perf_counter()
+    got: list[list[float] | None] = []
+    for i in range(count):
+        now = time.perf_counter()
+        time.sleep(max(0.0, temp_written + SPACING - now, last_rename + SPACING - now))
+        started = last_rename = time.perf_counter()
+        temp.rename(directory / "gfd")
+        temp.write_text(f"{PROFILE_TEXT}{KEY}={tag}{i + 1}\n")  # the next change, well ahead
+        temp_written = time.perf_counter()
+        seen = [c.watch.wait(node, KEY, f"{tag}{i}", 90) for node in nodes]
+        got.append(None if None in seen else [(t - started) * 1000 for t in seen if t is not None])
+    return got
+
+
+# ---- start: one node, process start -> first label, CPU, peak RSS ----------------------------------
+
+
+def _start_round(c: Cluster, side: str, name: str, changes: int) -> dict[str, float]:
+    node = c.node(name)
+    gfd_dir, directories = _lay_out(c, side, node)
+    process = _prepare(c, side, node, directories)
+    started = time.perf_counter()
+    process.start()
+    try:
+        first = _labelled_at(c, node, process) - started
+        cpu = cpu_seconds(process.pid)
+        if None in change(c, gfd_dir, [node], changes, "c"):
+            raise RuntimeError(f"{process.name}: a change never reached {node} (log {process.log})")
+        rss = peak_rss_mib(process.pid)
+    finally:
+        c.stop([process])
+        c.forget([node])
+    master = peak_rss_mib(c.master.pid) if side == "nfd" else 0.0
+    return {"first_ms": first * 1000, "cpu_ms": cpu * 1000, "rss": rss, "side_rss": rss + master}
+
+
+def start(c: Cluster, *, runs: int, changes: int) -> list[Figure]:
+    numbers = itertools.count()
+    for side in SIDES:  # uncounted: first reads from disk, the master's first NodeFeature
+        _start_round(c, side, f"{side}-warm", 1)
+    ours, theirs = interleaved(
+        runs,
+        lambda: _start_round(c, "lite", f"lite-start-{next(numbers)}", changes),
+        lambda: _start_round(c, "nfd", f"nfd-start-{next(numbers)}", changes),
+    )
+    master = peak_rss_mib(c.master.pid)
+    return [
+        Figure(
+            "nfd",
+            "process start -> first label, one node (NFD: warm master)",
+            "ms",
+            ours["first_ms"],
+            theirs["first_ms"],
+            digits=0,
+            note="Start: until the labels of both directories' files are seen on the Node; the sandbox "
+            "that puts the token at the in-cluster path adds a few ms of time and CPU to both.",
+        ),
+        Figure(
+            "nfd",
+            "CPU of the writer at its first label (nfd-lite vs nfd-worker)",
+            "ms",
+            ours["cpu_ms"],
+            theirs["cpu_ms"],
+            digits=0,
+        ),
+        Figure(
+            "nfd",
+            f"peak RSS per node, chart's configuration, after start + {changes} changes",
+            "MiB",
+            ours["rss"],
+            theirs["rss"],
+            note=f"NFD's side of the label writing is nfd-worker on each node + nfd-master once "
+            f"(peak {master:.1f} MiB here).",
+        ),
+        Figure(
+            "nfd",
+            "peak RSS of the label-writing side, one node (NFD: worker + master)",
+            "MiB",
+            ours["rss"],
+            theirs["side_rss"],
+        ),
+    ]
 
 
 # ---- propagation -------------------------------------------------------------------------------------
 
 
-def fake_propagation(changes: int) -> tuple[list[float], float]:
-    """nfd-lite against the fake API server, the same procedure (for the fake column)."""
-    from _nfd_lite_common import Bench
-
-    bench = Bench()
+def propagation(c: Cluster, *, changes: int) -> list[Figure]:
+    shared = c.tmp / "propagation" / "features.d"
+    own = c.tmp / "propagation" / "lite-features.d"  # nfd-lite's second directory, empty here
+    shared.mkdir(parents=True)
+    own.mkdir()
+    write_atomic(shared, f"{PROFILE_TEXT}{KEY}=warmup\n")
+    lite_node, nfd_node = c.node("propagation-lite"), c.node("propagation-nfd")
+    lite = c.prepare_lite(lite_node, [shared, own]).start()
+    worker = c.prepare_worker(nfd_node, shared).start()
     try:
-        bench.write(f"{KEY}=warmup\n")
-        assert bench.wait_label(KEY, "warmup", 60), "writer did not start"
-        samples = []
-        for i in range(changes + 5):
-            temp = bench.features / ".gfd.tmp"
-            temp.write_text(f"{PROFILE_TEXT}{KEY}=v{i}\n")
-            started = time.perf_counter()
-            temp.rename(bench.features / "gfd")
-            assert bench.wait_label(KEY, f"v{i}"), f"change {i} never arrived"
-            if i >= 5:
-                samples.append((time.perf_counter() - started) * 1000)
-            time.sleep(0.02)
-        return sorted(samples), bench.peak_rss_kib() / 1024
-    finally:
-        bench.close()
-
-
-def propagation(args: argparse.Namespace) -> None:
-    fake, fake_rss = fake_propagation(args.changes) if not args.no_fake else ([], None)
-    with Cluster() as c:
-        features = c.tmp / "features.d"
-        features.mkdir()
-        lite_node, nfd_node = c.node("lite-0"), c.node("nfd-0")
-        write_atomic(features, f"{PROFILE_TEXT}{KEY}=warmup\n")
-        lite = c.prepare_lite(lite_node, features).start()
-        worker = c.prepare_worker(nfd_node, features).start()
-        for node in (lite_node, nfd_node):
-            assert c.watch.wait(node, KEY, "warmup", 120), f"{node} never labelled"
+        for node, process in ((lite_node, lite), (nfd_node, worker)):
+            if c.watch.wait(node, KEY, "warmup", LABEL_TIMEOUT) is None:
+                raise RuntimeError(f"{process.name}: {node} not labelled (log {process.log})")
         measured_from = time.time()
-        ours: list[float] = []
-        theirs: list[float] = []
-        missed = 0
-        temp = features / ".gfd.tmp"
-        temp.write_text(f"{PROFILE_TEXT}{KEY}=v0\n")
-        temp_written = last_rename = time.perf_counter()
-        for i in range(args.changes + 5):
-            time.sleep(
-                max(
-                    0.0,
-                    temp_written + SPACING - time.perf_counter(),
-                    last_rename + SPACING - time.perf_counter(),
-                )
-            )
-            started = last_rename = time.perf_counter()
-            temp.rename(features / "gfd")
-            temp.write_text(f"{PROFILE_TEXT}{KEY}=v{i + 1}\n")  # the next change, well ahead
-            temp_written = time.perf_counter()
-            seen = [c.watch.wait(node, KEY, f"v{i}", 90) for node in (lite_node, nfd_node)]
-            if None in seen:
-                missed += 1
-                continue
-            if i >= 5:  # the first few warm caches and connections
-                ours.append((seen[0] - started) * 1000)  # type: ignore[operator]
-                theirs.append((seen[1] - started) * 1000)  # type: ignore[operator]
+        got = change(c, shared, [lite_node, nfd_node], changes + 5, "v")
         requests = server_requests(c.kube, measured_from)
-        rss = {name: peak_rss_mib(pid) for name, pid in
-               (("lite", lite.pid), ("worker", worker.pid), ("master", c.master.pid))}  # fmt: skip
-    ours.sort()
-    theirs.sort()
-    n = len(ours)
-    print(f"propagation: file renamed into place -> label seen on the Node, {n} changes ({missed} missed)")
-    print(header())
-    for name, fraction in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
-        fake_value = percentile(fake, fraction) if fake else None
-        print(row(name, percentile(ours, fraction), percentile(theirs, fraction), "ms", fake_value))
-    print(row("mean", statistics.fmean(ours), statistics.fmean(theirs), "ms",
-              statistics.fmean(fake) if fake else None))  # fmt: skip
-    changes = args.changes + 5
+        rss = peak_rss_mib(lite.pid), peak_rss_mib(worker.pid)
+    finally:
+        c.stop([lite, worker])
+        c.forget([lite_node, nfd_node])
+    counted = [g for g in got[5:] if g is not None]  # the first few warm caches and connections
+    ours, theirs = sorted(g[0] for g in counted), sorted(g[1] for g in counted)
+    total = changes + 5
     lite_calls = tally(requests, LITE_USER)
     nfd_calls = tally(requests, WORKER_USER) + tally(requests, MASTER_USER)
-    print(row("API requests per change", lite_calls.total() / changes, nfd_calls.total() / changes, "req"))
     lite_writes = sum(1 for r in requests if r.user == LITE_USER and r.write)
     nfd_writes = sum(1 for r in requests if r.user in (WORKER_USER, MASTER_USER) and r.write)
-    print(row("API writes per change", lite_writes / changes, nfd_writes / changes, "req"))
-    print(f"    nfd-lite: {dict(lite_calls)}")
-    print(f"    NFD worker: {dict(tally(requests, WORKER_USER))}")
-    print(f"    NFD master: {dict(tally(requests, MASTER_USER))}")
-    print(f"peak RSS after {changes} changes (VmHWM)")
-    print(header())
-    print(row("writer on the node", rss["lite"], rss["worker"], "MiB", fake_rss))
-    print(row("writer side (NFD: worker + master)", rss["lite"], rss["worker"] + rss["master"], "MiB"))
-    print(f"    nfd-master alone: {rss['master']:.1f} MiB (one per cluster)")
+    what = f"file renamed in -> label on the Node, {len(counted)} changes"
+    missed = sum(1 for g in got if g is None)
+    return [
+        Figure(
+            "nfd",
+            f"{what}, p50",
+            "ms",
+            [percentile(ours, 0.5)],
+            [percentile(theirs, 0.5)],
+            note=f"Propagation: {missed} changes missed. Requests per change over all {total} "
+            f"(audit log): nfd-lite {dict(lite_calls)}; NFD worker "
+            f"{dict(tally(requests, WORKER_USER))}, master {dict(tally(requests, MASTER_USER))}.",
+        ),
+        Figure("nfd", f"{what}, p99", "ms", [percentile(ours, 0.99)], [percentile(theirs, 0.99)]),
+        Figure(
+            "nfd",
+            "API requests per change",
+            "",
+            [lite_calls.total() / total],
+            [nfd_calls.total() / total],
+            digits=2,
+        ),
+        Figure("nfd", "API writes per change", "", [lite_writes / total], [nfd_writes / total], digits=2),
+        Figure("nfd", f"peak RSS per node after {total} changes", "MiB", [rss[0]], [rss[1]]),
+    ]
 
 
-# ---- scale and steady state --------------------------------------------------------------------------
+# ---- flood (nfd-lite alone) --------------------------------------------------------------------------
+
+
+def _flood_files(directory: Path, files: int) -> str:
+    for i in range(files):
+        (directory / f"f{i:06d}").write_text(f"feature.node.kubernetes.io/flood-{i:06d}=true\n")
+    return f"feature.node.kubernetes.io/flood-{min(files, 1000) - 1:06d}"  # the last one under the caps
+
+
+def _flood_bytes(directory: Path) -> str:
+    """Short one-key lines in files of 60,000 bytes (under the 64 KiB per file) until past the 128 KiB
+    per directory; the label to wait for is the last of the first 1,000 keys in key order."""
+    keys, i, written = [], 0, 0
+    for part in range(3):  # the third crosses the directory cap and is not used
+        lines = []
+        size = 0
+        while size < 60_000:
+            line = f"b{i}\n"
+            lines.append(line)
+            size += len(line)
+            i += 1
+        (directory / f"part{part}").write_text("".join(lines))
+        if written + size <= 131_072:
+            keys += [f"feature.node.kubernetes.io/{line.strip()}" for line in lines]
+        written += size
+    return sorted(keys)[999]
+
+
+def _flood_round(c: Cluster, name: str, fill: str, files: int) -> float:
+    node = c.node(name)
+    source, features = c.tmp / "flood" / name / "source.d", c.tmp / "flood" / name / "features.d"
+    source.mkdir(parents=True)
+    features.mkdir()
+    last = _flood_files(source, files) if fill == "files" else _flood_bytes(source)
+    writer = c.prepare_lite(node, [source, features]).start()
+    try:
+        if c.watch.wait(node, last, "true", LABEL_TIMEOUT) is None:
+            raise RuntimeError(f"nfd-lite: {node} not labelled with {last} (log {writer.log})")
+        time.sleep(1.0)
+        return peak_rss_mib(writer.pid)
+    finally:
+        c.stop([writer])
+        c.forget([node])
+        shutil.rmtree(source.parent, ignore_errors=True)
+
+
+def flood(c: Cluster, *, runs: int, files: int) -> list[Figure]:
+    by_files = [_flood_round(c, f"flood-files-{i}", "files", files) for i in range(runs)]
+    by_bytes = [_flood_round(c, f"flood-bytes-{i}", "bytes", 0) for i in range(runs)]
+    return [
+        Figure(
+            "alone",
+            f"nfd-lite peak RSS, {files:,} one-line files in its directory (chart's "
+            "configuration, real server)",
+            "MiB",
+            by_files,
+            note="Flood: caps at their defaults, 1,000 labels written; the chart's limit is 128 MiB.",
+        ),
+        Figure(
+            "alone",
+            "nfd-lite peak RSS, its directory filled to the byte cap with short lines",
+            "MiB",
+            by_bytes,
+        ),
+    ]
+
+
+# ---- scale -------------------------------------------------------------------------------------------
 
 
 def mem_available_mib() -> float:
@@ -175,128 +324,132 @@ def mem_available_mib() -> float:
     return 0.0
 
 
-def rates(requests: list[Request], users: set[str], start: float, end: float) -> tuple[int, float, int]:
+def _rates(requests: list[Request], users: set[str], start: float, end: float) -> tuple[int, float, int]:
     """(requests, mean per second, busiest second) by ``users`` received in [start, end]."""
     times = [r.at for r in requests if r.user in users and start <= r.at <= end]
     per_second = Counter(math.floor(t) for t in times)
     return len(times), len(times) / max(end - start, 1e-9), max(per_second.values(), default=0)
 
 
-def run_side(c: Cluster, side: str, count: int, window: float) -> dict[str, Any]:
-    users = {LITE_USER} if side == "lite" else {WORKER_USER, MASTER_USER}
-    nodes = [c.node(f"{side}-{count}-{i}") for i in range(count)]
-    dirs = []
-    for node in nodes:
-        directory = c.tmp / "scale" / node
-        directory.mkdir(parents=True)
-        write_atomic(directory, PROFILE_TEXT)
-        dirs.append(directory)
-    processes: list[LiteWriter | NfdProcess]
-    if side == "lite":  # tokens issued and sandboxes laid out first, so that all start together
-        processes = [c.prepare_lite(node, d) for node, d in zip(nodes, dirs, strict=True)]
-    else:
-        processes = [c.prepare_worker(node, d) for node, d in zip(nodes, dirs, strict=True)]
-    started_wall, started = time.time(), time.perf_counter()
-    for process in processes:
-        process.start()
-    spawned = time.perf_counter() - started
-    deadline = started + 600
-    while (labelled := c.watch.count_with(nodes, "nvidia.com/gpu.present", "true")) < count:
-        if time.perf_counter() > deadline:
-            raise SystemExit(f"{side} x{count}: only {labelled} Nodes labelled after 600 s")
-        with c.watch.cond:
-            c.watch.cond.wait(1.0)
-    cold = time.perf_counter() - started
-    cold_end_wall = started_wall + cold
-    time.sleep(SETTLE + window)
-    requests = server_requests(c.kube, started_wall - 1)
-    rss = [peak_rss_mib(p.pid) for p in processes]
-    for p in processes:
-        p.stop()
-    n_cold, rate_cold, peak_cold = rates(requests, users, started_wall - 1, cold_end_wall + 1)
-    cold_kinds = [r for r in requests if r.user in users and r.at <= cold_end_wall + 1]
-    steady_from = cold_end_wall + SETTLE
-    steady = [r for r in requests if r.user in users and steady_from <= r.at < steady_from + window]
-    writes = sum(1 for r in steady if r.write)
-    return {
-        "spawn_s": spawned, "cold_s": cold, "cold_requests": n_cold, "cold_rate": rate_cold,
-        "cold_peak": peak_cold, "steady_rate": len(steady) / window,
-        "per_node_hour": len(steady) / count * 3600 / window,
-        "writes_per_node_hour": writes / count * 3600 / window,
-        "rss_mean": statistics.fmean(rss), "rss_sum": sum(rss), "master_rss": peak_rss_mib(c.master.pid),
-        "cold_kinds": kinds(cold_kinds), "steady_kinds": kinds(steady),
-    }  # fmt: skip
-
-
-def kinds(requests: list[Request]) -> dict[str, int]:
+def _kinds(requests: list[Request]) -> dict[str, int]:
     return dict(Counter(f"{r.user.rsplit(':', 1)[1]} {r.verb} {r.resource}" for r in requests))
 
 
-def fake_steady(window: float) -> float:
-    """nfd-lite's requests per node per hour against the fake API server, defaults, one node."""
-    from nfd_lite_steady_state import measure
-
-    _, total = measure(window)
-    return total * 3600 / window
+def _scale_round(c: Cluster, side: str, count: int, name: str, steady: float) -> dict[str, Any]:
+    users = {LITE_USER} if side == "lite" else {WORKER_USER, MASTER_USER}
+    nodes = [c.node(f"{name}-{i}") for i in range(count)]
+    # tokens issued and sandboxes laid out first, so that all start together
+    processes = [_prepare(c, side, node, _lay_out(c, side, node)[1]) for node in nodes]
+    master_cpu = cpu_seconds(c.master.pid)
+    started_wall, started = time.time(), time.perf_counter()
+    try:
+        for process in processes:
+            process.start()
+        deadline = started + 600
+        while (
+            min(c.watch.count_with(nodes, KEY, "start"), c.watch.count_with(nodes, EXTRA_KEY, "true")) < count
+        ):
+            if ended := next((p for p in processes if not p.running()), None):
+                raise RuntimeError(f"{side} x{count}: a writer exited: {ended.output().strip()[-300:]}")
+            if time.perf_counter() > deadline:
+                raise RuntimeError(f"{side} x{count}: not every Node labelled after 600 s")
+            with c.watch.cond:
+                c.watch.cond.wait(1.0)
+        cold = time.perf_counter() - started
+        cpu = [cpu_seconds(p.pid) for p in processes]
+        master_cpu = cpu_seconds(c.master.pid) - master_cpu
+        cold_end_wall = started_wall + cold
+        if steady:
+            time.sleep(SETTLE + steady)
+        requests = server_requests(c.kube, started_wall - 1)
+        rss = [peak_rss_mib(p.pid) for p in processes]
+    finally:
+        c.stop(processes)
+        c.forget(nodes)
+    n_cold, _, peak_cold = _rates(requests, users, started_wall - 1, cold_end_wall + 1)
+    result: dict[str, Any] = {
+        "cold_s": cold,
+        "cpu_ms": statistics.fmean(cpu) * 1000,
+        "cold_requests": n_cold,
+        "cold_peak": peak_cold,
+        "rss": statistics.fmean(rss),
+        "master_cpu_ms": master_cpu * 1000 / count,
+        "cold_kinds": _kinds([r for r in requests if r.user in users and r.at <= cold_end_wall + 1]),
+    }
+    if steady:
+        steady_from = cold_end_wall + SETTLE
+        window = [r for r in requests if r.user in users and steady_from <= r.at < steady_from + steady]
+        result |= {
+            "steady_rate": len(window) / steady,
+            "per_node_hour": len(window) / count * 3600 / steady,
+            "writes_per_node_hour": sum(1 for r in window if r.write) / count * 3600 / steady,
+            "steady_kinds": _kinds(window),
+        }
+    return result
 
 
 # What a window of minutes cannot show: requests on periods longer than the window.
-STRUCTURAL = """    longer periods, per node per hour: nfd-lite 2 (its one watch is renewed every
-    --watch-timeout=1800 s; its 60 s rescans read only files); NFD 60 from nfd-worker (a GET of its
-    NodeFeature at every 60 s rescan, an UPDATE only on change) + 1 from nfd-master (its hourly resync
-    GETs every Node, after one LIST) + the master's informer watches, renewed every 5-10 min for the
-    whole cluster; 0 writes on both"""
+STRUCTURAL = (
+    "Longer periods, per node per hour: nfd-lite 2 (its one watch is renewed every --watch-timeout=1800 s; "
+    "its 60 s rescans read only files); NFD 60 from nfd-worker (a GET of its NodeFeature at every 60 s "
+    "rescan, an UPDATE only on change) + 1 from nfd-master (its hourly resync) + the master's informer "
+    "watches, renewed every 5-10 min for the whole cluster; 0 writes on both."
+)
 
 
-def scale(args: argparse.Namespace) -> None:
-    fake = fake_steady(args.steady_window) if not args.no_fake else None
-    per_process = {"lite": 45.0, "nfd": 45.0}  # MiB, until measured
-    with Cluster() as c:
-        for count in args.nodes:
-            available = mem_available_mib()
-            need = {side: count * mib for side, mib in per_process.items()}
-            if max(need.values()) > 0.5 * available:  # the machine is shared: leave it half
-                print(f"scale x{count}: stops here: {count} writers need {need['lite'] / 1024:.1f} GiB "
-                      f"(nfd-lite) / {need['nfd'] / 1024:.1f} GiB (nfd-worker) at the measured RSS, "
-                      f"> half of MemAvailable {available / 1024:.1f} GiB")  # fmt: skip
-                continue
-            results = {side: run_side(c, side, count, args.steady_window) for side in ("lite", "nfd")}
-            per_process = {side: result["rss_mean"] for side, result in results.items()}
-            ours, theirs = results["lite"], results["nfd"]
-            print(f"scale: {count} Nodes, each with its own writer (NFD: its own worker, one master)")
-            print(header())
-            print(row("cold start: all Nodes labelled", ours["cold_s"], theirs["cold_s"], "s"))
-            print(row("cold start: requests", ours["cold_requests"], theirs["cold_requests"], "req"))
-            print(row("cold start: mean requests/s", ours["cold_rate"], theirs["cold_rate"], "req/s"))
-            print(row("cold start: busiest second", ours["cold_peak"], theirs["cold_peak"], "req/s"))
-            print(row("steady: requests/s at server", ours["steady_rate"], theirs["steady_rate"], "req/s"))
+def _scale_figures(c: Cluster, count: int, runs: int, steady: float) -> list[Figure]:
+    last: dict[str, dict[str, Any]] = {}
+
+    done: Counter[str] = Counter()
+
+    def run(side: str) -> dict[str, float]:
+        done[side] += 1
+        i = done[side]
+        result = _scale_round(c, side, count, f"{side}-x{count}-{i}", steady if i == runs else 0.0)
+        last[side] = result
+        return {k: v for k, v in result.items() if isinstance(v, float | int)}
+
+    ours, theirs = interleaved(runs, partial(run, "lite"), partial(run, "nfd"))
+    master_ms = statistics.median(theirs["master_cpu_ms"])
+    rows = [  # key, what, unit, digits, note
+        ("cold_s", "cold start: time until every Node is labelled", "s", 1,
+         f"{count} Nodes: cold start in {runs} rounds; steady state in the last, over {steady:g} s. "
+         f"NFD's master used {master_ms:.1f} ms of CPU per Node during its cold starts (not in the writer "
+         f"CPU). Cold-start requests, last round: nfd-lite {last['lite']['cold_kinds']}; "
+         f"NFD {last['nfd']['cold_kinds']}."),
+        ("cpu_ms", "cold start: writer CPU per start (nfd-lite vs nfd-worker)", "ms", 0, ""),
+        ("cold_requests", "cold start: requests at the server", "", 0, ""),
+        ("cold_peak", "cold start: busiest second", "req/s", 0, ""),
+        ("rss", "peak RSS per writer (mean)", "MiB", 1, ""),
+        ("steady_rate", "steady state: requests/s at the server", "req/s", 2,
+         f"{STRUCTURAL} Steady requests, last round: nfd-lite {last['lite']['steady_kinds']}; "
+         f"NFD {last['nfd']['steady_kinds']}."),
+        ("per_node_hour", "steady state: requests per node per hour", "", 1, ""),
+        ("writes_per_node_hour", "steady state: writes per node per hour", "", 1, ""),
+    ]  # fmt: skip
+    return [
+        Figure("nfd", f"{count} Nodes, {what}", unit, ours[key], theirs[key], digits=digits, note=note)
+        for key, what, unit, digits, note in rows
+    ]
+
+
+def scale(c: Cluster, *, counts: list[int], runs: int, steady: float, rss_mib: float) -> list[Figure]:
+    figures: list[Figure] = []
+    for count in counts:
+        available = mem_available_mib()
+        if count * rss_mib > 0.5 * available:  # the machine is shared: leave it half
             print(
-                row("steady: requests/node/hour", ours["per_node_hour"], theirs["per_node_hour"], "req", fake)
+                f"scale x{count}: stops here: {count} writers need {count * rss_mib / 1024:.1f} GiB at the "
+                f"measured RSS, > half of MemAvailable {available / 1024:.1f} GiB"
             )
-            print(row("steady: writes/node/hour", ours["writes_per_node_hour"],
-                      theirs["writes_per_node_hour"], "req"))  # fmt: skip
-            print(row("peak RSS per writer (mean)", ours["rss_mean"], theirs["rss_mean"], "MiB"))
-            print(row("peak RSS, all writers", ours["rss_sum"], theirs["rss_sum"], "MiB"))
-            print(f"    nfd-master peak RSS so far (one per cluster): {theirs['master_rss']:.1f} MiB")
-            print(f"    processes started in {ours['spawn_s']:.1f} s (lite), {theirs['spawn_s']:.1f} s (NFD)")
-            print(f"    cold start nfd-lite: {ours['cold_kinds']}")
-            print(f"    cold start NFD:      {theirs['cold_kinds']}")
-            print(f"    steady nfd-lite: {ours['steady_kinds']}")
-            print(f"    steady NFD:      {theirs['steady_kinds']}")
-            print(STRUCTURAL)
+            continue
+        got = _scale_figures(c, count, runs, steady)
+        rss_mib = max(rss_mib, *(max(f.ours + (f.theirs or [])) for f in got if f.unit == "MiB"))
+        figures += got
+    return figures
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("phase", choices=["propagation", "scale"])
-    parser.add_argument("--changes", type=int, default=200)
-    parser.add_argument("--nodes", type=lambda s: [int(n) for n in s.split(",")], default=[100, 1000])
-    # a multiple of nfd-worker's 60 s rescan: its workers start together, so their rescans are in step
-    parser.add_argument("--steady-window", type=float, default=120.0)
-    parser.add_argument("--no-fake", action="store_true", help="skip the fake API server column")
-    args = parser.parse_args()
-    {"propagation": propagation, "scale": scale}[args.phase](args)
+if __name__ == "__main__":  # nfd_compare.py PHASE [options]: the same as figures.py nfd-PHASE [options]
+    import figures
 
-
-if __name__ == "__main__":
-    main()
+    sys.exit(figures.main([f"nfd-{sys.argv[1]}" if len(sys.argv) > 1 else "--help", *sys.argv[2:]]))

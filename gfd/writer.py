@@ -7,6 +7,7 @@ away on their own, and is replaced atomically so a reader never sees half of it.
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -67,7 +68,9 @@ class FeatureFile:
 def write_feature_file(path: str | Path | None, labels: Mapping[str, str], expiry: datetime | None) -> bool:
     """Write the feature file; return True if its content changed.
 
-    ``path`` None, empty or ``-`` means standard output (always counts as changed).
+    ``path`` None, empty or ``-`` means standard output (always counts as changed); so does a path that
+    exists and is no regular file (``/dev/null``, a FIFO, a terminal), which is written into, not replaced:
+    renaming over it would put a regular file in place of the device, for every program on the host.
     The file is only touched when its content would differ, and then replaced
     atomically: a temporary file with a random name starting with ``.`` in the
     same directory (NFD skips dot files), fsync, rename over the target, fsync
@@ -79,6 +82,14 @@ def write_feature_file(path: str | Path | None, labels: Mapping[str, str], expir
         sys.stdout.flush()
         return True
     target = Path(path)
+    try:
+        special = not stat.S_ISREG(os.stat(target).st_mode)
+    except OSError:
+        special = False  # missing (or unreadable): written as a new file
+    if special:
+        with open(target, "w", encoding="utf-8") as out:
+            out.write(text)
+        return True
     try:
         if target.read_text(encoding="utf-8") == text:
             return False

@@ -4,6 +4,11 @@
 connections were 1,500 threads (+38 MiB) in nfd-lite. Here each connection's reads and writes time out,
 and connections over a cap are closed at once, before any thread starts. Both commands serve their
 /metrics (and nfd-lite its probes) this way.
+
+What is served is a few GETs a minute from Prometheus and the kubelet, so the HTTP is the least that
+answers them: the request line and headers are read (within limits), one answer is written and the
+connection is closed. ``http.server`` would do the same, but imports ``http.client`` and with it
+``ssl``: 5.4 MiB of a gfd daemon that makes no TLS connection (benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -12,11 +17,19 @@ import socket
 import socketserver
 import threading
 from collections.abc import Callable, Mapping
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any, cast
 
 CONNECTION_TIMEOUT = 5.0  # seconds a connection may stay silent while its request is read or answered
 MAX_CONNECTIONS = 16  # connections served at once; a scrape and two probes need three
+MAX_LINE = 8192  # bytes of the request line and of each header line
+MAX_HEADERS = 100
+REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    503: "Service Unavailable",
+}
 
 
 class BoundedThreadingMixIn(socketserver.ThreadingMixIn):
@@ -65,28 +78,65 @@ def address_family(host: str, port: int) -> tuple[socket.AddressFamily, str]:
     return family, str(sockaddr[0])
 
 
+class _RequestTooLarge(Exception):
+    pass
+
+
+def _read_line(stream: Any) -> bytes:
+    line: bytes = stream.readline(MAX_LINE + 1)
+    if len(line) > MAX_LINE:
+        raise _RequestTooLarge
+    return line
+
+
+class _RouteHandler(socketserver.StreamRequestHandler):
+    routes: Routes = {}
+
+    def handle(self) -> None:
+        try:
+            request = _read_line(self.rfile).decode("latin-1").split()
+            for _ in range(MAX_HEADERS):  # the headers: nothing here needs them
+                if _read_line(self.rfile) in (b"\r\n", b"\n", b""):
+                    break
+            else:
+                raise _RequestTooLarge
+        except _RequestTooLarge:
+            self._answer("GET", (400, b"request too large\n", "text/plain"))
+            return
+        if len(request) != 3 or not request[2].startswith("HTTP/"):
+            self._answer("GET", (400, b"bad request\n", "text/plain"))
+            return
+        method, target = request[0], request[1]
+        if method not in ("GET", "HEAD"):
+            self._answer(method, (405, b"only GET\n", "text/plain"))
+            return
+        route = self.routes.get(target.split("?", 1)[0])
+        self._answer(method, route() if route else (404, b"not found\n", "text/plain"))
+
+    def _answer(self, method: str, answer: Answer) -> None:
+        code, body, content_type = answer
+        head = (
+            f"HTTP/1.1 {code} {REASONS.get(code, '')}\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        )
+        self.wfile.write(head.encode("latin-1") + (b"" if method == "HEAD" else body))
+
+
 class RouteServer:
     """GET ``routes`` (path -> answer) on host:port, from a daemon thread, within the connection cap and
     timeouts; any other path is 404."""
 
     def __init__(self, host: str, port: int, routes: Routes, *, name: str) -> None:
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                route = routes.get(self.path.split("?", 1)[0])
-                code, body, content_type = route() if route else (404, b"not found\n", "text/plain")
-                self.send_response(code)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                """Scrapes and probes are not worth a log line each."""
-
         family, bind = address_family(host, port)
 
-        class Server(BoundedThreadingMixIn, HTTPServer):
+        class Handler(_RouteHandler):
+            pass
+
+        Handler.routes = routes
+
+        class Server(BoundedThreadingMixIn, socketserver.TCPServer):
             address_family = family
+            allow_reuse_address = True
 
         self.server = Server((bind, port), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, name=name, daemon=True)

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 import pytest
 
 from gfd.metrics import PrometheusMetrics
-from hostport.serving import MAX_CONNECTIONS, BoundedThreadingMixIn
+from hostport.serving import MAX_CONNECTIONS, BoundedThreadingMixIn, RouteServer
 from nfd_lite.health import HealthServer
 from nfd_lite.metrics import WriterMetrics
 from tests.waiting import eventually
@@ -82,3 +82,32 @@ def test_idle_connections_are_capped_and_time_out(
             assert eventually(lambda: _status(port, path) == 200, timeout=10)
     finally:
         stop()
+
+
+def _raw(port: int, request: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as client:
+        client.sendall(request)
+        answer = b""
+        while chunk := client.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_the_route_server_answers_what_scrapers_and_probes_send_and_refuses_the_rest() -> None:
+    port = _free_port()
+    routes = {"/metrics": lambda: (200, b"up 1\n", "text/plain")}
+    server = RouteServer("127.0.0.1", port, routes, name="test").start()
+    try:
+        get = _raw(port, b"GET /metrics?x=1 HTTP/1.1\r\nHost: a\r\nAccept: */*\r\n\r\n")
+        assert get.startswith(b"HTTP/1.1 200 OK\r\n") and get.endswith(b"\r\n\r\nup 1\n")
+        assert b"Content-Length: 5\r\n" in get and b"Connection: close\r\n" in get
+        head = _raw(port, b"HEAD /metrics HTTP/1.0\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 OK") and head.endswith(b"\r\n\r\n")
+        assert _raw(port, b"GET /other HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 404 ")
+        assert _raw(port, b"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n").startswith(b"HTTP/1.1 405 ")
+        assert _raw(port, b"nonsense\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+        assert _raw(port, b"GET /" + b"a" * 10_000 + b" HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+        assert _raw(port, b"GET / HTTP/1.1\r\n" + b"X: y\r\n" * 200 + b"\r\n").startswith(b"HTTP/1.1 400 ")
+        assert _status(port, "/metrics") == 200  # and an ordinary client is served after all that
+    finally:
+        server.stop()

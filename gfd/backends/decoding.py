@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import re
-import uuid
 
 from gfd.inventory import VGpuInfo
 
@@ -118,6 +117,8 @@ def clique_id(cluster_uuid: bytes, clique: int) -> str | None:
     """The gpu.clique value, "<clusterUuid>.<cliqueId>"; None for the all-zero (unset) cluster."""
     if len(cluster_uuid) != 16 or not any(cluster_uuid):
         return None
+    import uuid  # here, not at the top: it loads platform too, and most nodes have no NVLink fabric
+
     return f"{uuid.UUID(bytes=bytes(cluster_uuid))}.{clique}"
 
 

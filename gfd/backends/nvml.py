@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -161,8 +162,9 @@ class _Probe:
         count = self.call("device count", None, n.nvmlDeviceGetCount)
         devices: list[Device] = []
         failures: list[GpuFailure] = []
-        for i in range(count):
-            read = self._gpu(i)
+        reads = self.backend.reads.run_all([(i, functools.partial(self.device, i)) for i in range(count)])
+        for i, outcome in enumerate(reads):
+            read = self._judged(i, outcome)
             if isinstance(read, GpuFailure):
                 failures.append(read)
             else:
@@ -182,21 +184,20 @@ class _Probe:
             warnings=tuple(self.warnings),
         )
 
-    def _gpu(self, i: int) -> Device | GpuFailure:
+    def _judged(self, i: int, outcome: Device | BaseException) -> Device | GpuFailure:
         """GPU ``i``'s facts, or why it cannot be used. A failure of the whole stack still fails the pass."""
-        try:
-            return self.backend.reads.run(i, lambda: self.device(i))
-        except NvmlFailed as err:
-            if err.code in STACK_WIDE or err.gpu is None:
-                raise
-            layer = gpu_failure_layer(err.code)
-            return GpuFailure(
-                self._address(i), i, nvml_symbol(err.code), layer, err.what, nvml_reason(err.code)
-            )
-        except TimedOut:
+        if isinstance(outcome, Device):
+            return outcome
+        if isinstance(outcome, TimedOut):
             # The same words every pass while it lasts, so that it is said once.
             waited = f"no answer within {self.backend.reads.timeout:g} s"
             return GpuFailure(self._address(i), i, nvml_symbol(TIMEOUT), "hardware", None, waited)
+        if isinstance(outcome, NvmlFailed) and outcome.code not in STACK_WIDE and outcome.gpu is not None:
+            layer = gpu_failure_layer(outcome.code)
+            return GpuFailure(
+                self._address(i), i, nvml_symbol(outcome.code), layer, outcome.what, nvml_reason(outcome.code)
+            )
+        raise outcome
 
     def _address(self, i: int) -> str | None:
         """GPU ``i``'s bus id: read now, else as an earlier pass read it (a lost GPU no longer says)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -168,3 +169,17 @@ def test_the_temp_file_has_a_random_name_made_exclusively(
     assert len(creations) == 2
     assert all(f & os.O_EXCL and f & os.O_NOFOLLOW for f in creations)
     assert sorted(os.listdir(tmp_path)) == [f".gfd.{os.getpid()}.tmp", "gfd", "victim"]
+
+
+def test_a_device_or_fifo_is_written_into_not_replaced(tmp_path: Path) -> None:
+    # `gfd --oneshot -o /dev/null` as root: a rename over it would leave a regular file where the device was.
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    received: list[str] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_text()))
+    reader.start()
+    assert write_feature_file(fifo, {"nvidia.com/gpu.present": "true"}, None)
+    reader.join(timeout=10)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)  # still the FIFO
+    assert received and "nvidia.com/gpu.present=true" in received[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo"]  # no temp file left beside it
