@@ -11,9 +11,11 @@ which is all a TokenRequest needs."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -38,6 +40,16 @@ ISSUER = "https://kubernetes.default.svc.cluster.local"
 
 class ControlPlaneError(Exception):
     """The control plane could not be started (message carries the log tail)."""
+
+
+PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
+def _die_with_the_tests() -> None:
+    """In the child before it runs: the kernel SIGKILLs it when the test process dies, however it dies (a
+    SIGKILL included), so no API server or etcd outlives its run. The processes are spawned by the main
+    thread, whose exit is the process's."""
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def free_port() -> int:
@@ -135,7 +147,11 @@ class ControlPlane:
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         log = open(self.logs / f"{name}.log", "wb")  # noqa: SIM115 - the process owns it until stop()
         process = subprocess.Popen(
-            [str(self.binaries / name), *args], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            [str(self.binaries / name), *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_the_tests,
         )
         log.close()
         self._processes.append(process)
