@@ -14,7 +14,7 @@ import pytest
 
 from nfd_lite.apierrors import ConnectionFailed
 from nfd_lite.client import NodeApi
-from nfd_lite.kubeconfig import kubeconfig_configuration
+from nfd_lite.kubeconfig import kubeconfig_connection
 from nfd_lite.retry import Outage
 from nfd_lite.settings import WriterSettings
 from tests.apiserver.server import FakeApiServer
@@ -113,7 +113,7 @@ def test_the_writer_cut_off_from_the_api_server_says_so_and_recovers(
         server.add_node(NODE)
         token = server.token_for_service_account("gpu-labeller", "nfd-lite", node_name=NODE)
         kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig", token)
-        api = NodeApi(kubeconfig_configuration(kubeconfig), NODE, request_timeout=0.5)
+        api = NodeApi(kubeconfig_connection(kubeconfig), NODE, request_timeout=0.5)
         port = free_port()
         settings = {"watch_silence": 0.5, "api_unreachable_after": 1.5}
         settings |= {"metrics_address": f"127.0.0.1:{port}"}
@@ -166,7 +166,7 @@ def test_http_errors_are_answers_not_an_outage(tmp_path: Path, status: int) -> N
         server.add_node(NODE)
         token = server.token_for_service_account("gpu-labeller", "nfd-lite", node_name=NODE)
         kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig", token)
-        api = NodeApi(kubeconfig_configuration(kubeconfig), NODE, request_timeout=0.5)
+        api = NodeApi(kubeconfig_connection(kubeconfig), NODE, request_timeout=0.5)
         settings = {"watch_silence": 0.5, "api_unreachable_after": 1.5}
         with Writer(server, tmp_path, api=api, **settings) as w:
             w.write("nvidia.com/gpu.count=2\n")
