@@ -46,6 +46,12 @@ def prepare_gpu_node(cluster: NodeCluster, *, runtime_class: bool = True) -> Non
     cluster.kubectl("label", "node", cluster.node, f"{NFD_PCI_LABEL}=true", "--overwrite")
 
 
+def ensure_namespace(cluster: NodeCluster, namespace: str, pod_security: str = "restricted") -> None:
+    """``namespace`` as docs/deploy.md prepares it, unless an earlier module on this node made it already."""
+    if cluster.request("GET", f"/api/v1/namespaces/{namespace}").status == 404:
+        create_namespace(cluster, namespace, pod_security)
+
+
 def install(
     cluster: NodeCluster,
     tmp: Path,
@@ -56,8 +62,7 @@ def install(
     pod_security: str = "restricted",
 ) -> None:
     """Into ``namespace``, which enforces ``pod_security`` (made here if it is not there yet)."""
-    if cluster.request("GET", f"/api/v1/namespaces/{namespace}").status == 404:
-        create_namespace(cluster, namespace, pod_security)
+    ensure_namespace(cluster, namespace, pod_security)
     done = helm(
         HELM, cluster, tmp, "install", release, str(CHART), "-n", namespace,
         "--wait", "--timeout", HELM_TIMEOUT, values=values,

@@ -28,7 +28,7 @@ import yaml
 from nfd_lite.settings import WriterSettings
 from tests.deploy.chart import CHART, documents, run_helm
 from tests.deploy.release import package_chart, previous_chart
-from tests.kube.helm import TOOLS, create_namespace, helm
+from tests.kube.helm import TOOLS, helm
 from tests.node.cluster import API_PORT, NodeCluster
 from tests.node.history import LabelHistory
 from tests.node.images import PROJECT_IMAGE
@@ -39,6 +39,7 @@ from tests.node.release import (
     MOCK_VALUES,
     NAMESPACE,
     NFD_PCI_LABEL,
+    ensure_namespace,
     gfd_oneshot,
     owned,
     pod_ready,
@@ -144,7 +145,7 @@ def writer_log(cluster: NodeCluster, pod: dict[str, Any]) -> list[str]:
 
 def test_the_gitops_render_runs_on_the_node(session: Session) -> None:
     cluster, tmp = session.cluster, session.tmp
-    create_namespace(cluster, NAMESPACE, "restricted")
+    ensure_namespace(cluster, NAMESPACE)
     # Rendered with no cluster at all, as Argo CD renders; its `helm test` hooks are not applied.
     proc = run_helm(
         TOOLS, HELM, "template", RELEASE, str(CHART), "-n", NAMESPACE, values=RELEASE_VALUES, tmp=tmp
