@@ -23,7 +23,7 @@ from gfd.durations import parse_interval
 from gfd.machine_profile import MACHINE_PROFILE_FIELDS
 from gfd.settings import FILE_FIELDS
 from gfd.sharing_config import SHARED_RENAME_SUFFIX, ReplicatedResource, ReplicatedResources, SharingConfig
-from gfd.yamlfile import read_mapping, to_struct
+from gfd.yamlfile import quoted, read_mapping, shorten, to_struct
 from k8slabels import prefix_problem
 
 __all__ = ["PluginConfig", "PluginConfigError", "load_plugin_config"]
@@ -101,12 +101,13 @@ class _Config(_Section, frozen=True):
 def _devices_problem(value: str | int | list[int | str]) -> str | None:
     """NVIDIA's forms: ``all``, a count above 0, or a list of GPU indices, MIG indices or UUIDs."""
     if isinstance(value, str):
-        return None if value == "all" else f"expected 'all', a count or a list of devices, got {value!r}"
+        wrong = f"expected 'all', a count or a list of devices, got {quoted(value)}"
+        return None if value == "all" else wrong
     if isinstance(value, int):
         return None if value > 0 else f"a count of devices must be more than 0, got {value}"
     for item in value:
         if item < 0 if isinstance(item, int) else not _is_device_ref(item):
-            return f"{item!r} is no GPU index, MIG index (GPU:MIG), or GPU-/MIG- UUID"
+            return f"{quoted(item)} is no GPU index, MIG index (GPU:MIG), or GPU-/MIG- UUID"
     return None
 
 
@@ -121,7 +122,8 @@ def load_plugin_config(path: str | Path) -> PluginConfig:
             "device-plugin config file (version, flags, sharing)"
         )
     if model.version not in (None, "", "v1"):
-        raise PluginConfigError(f"{path}: field version: unknown version {model.version!r}, expected 'v1'")
+        version = quoted(model.version)
+        raise PluginConfigError(f"{path}: field version: unknown version {version}, expected 'v1'")
     return PluginConfig(flags=_flags(path, model.flags), sharing=_sharing(path, model.sharing))
 
 
@@ -132,16 +134,19 @@ def _flags(path: Path, section: dict[str, Any] | None) -> dict[str, Any]:
         raw = _field(path, {"flags": section}, where)
         if raw is None or (isinstance(raw, str) and flag.empty_is_unset(raw)):
             continue  # as an empty variable is
+        if isinstance(raw, list | dict):  # refused here, quoted briefly: from_file would print all of it
+            expected = "true or false" if flag.is_bool else "a string"
+            raise PluginConfigError(f"{path}: field {where}: expected {expected}, got {quoted(raw)}")
         try:
             found[flag.name] = value = flag.from_file(raw)
         except ValueError as err:
-            raise PluginConfigError(f"{path}: field {where}: {err}") from None
+            raise PluginConfigError(f"{path}: field {where}: {shorten(str(err))}") from None
         if flag.parse is parse_interval and not isinstance(raw, str) and value < timedelta(seconds=1):
             log.warning(
-                "%s: %s: a bare number is nanoseconds (%r = %gs); write '60s' for a minute",
+                "%s: %s: a bare number is nanoseconds (%s = %gs); write '60s' for a minute",
                 path,
                 where,
-                raw,
+                quoted(raw),
                 value.total_seconds(),
             )
     return found
@@ -165,10 +170,12 @@ def resource_name(path: Path, where: str, raw: str) -> str:
     """NVIDIA's rule: add ``nvidia.com/`` unless present; the rest must be a DNS subdomain, 63 in all."""
     name = raw if raw.startswith(RESOURCE_PREFIX + "/") else f"{RESOURCE_PREFIX}/{raw}"
     if len(name) > MAX_RESOURCE_NAME:
-        raise PluginConfigError(f"{path}: field {where}: resource name {name!r} is longer than 63 characters")
+        shown = quoted(name)
+        raise PluginConfigError(f"{path}: field {where}: resource name {shown} is longer than 63 characters")
     if prefix_problem(name.split("/", 1)[1]) is not None:  # the same rule as a label key's prefix
         raise PluginConfigError(
-            f"{path}: field {where}: {raw!r} is no valid resource name (lowercase letters, digits, '-', '.')"
+            f"{path}: field {where}: {quoted(raw)} is no valid resource name "
+            "(lowercase letters, digits, '-', '.')"
         )
     return name
 
