@@ -35,6 +35,7 @@ import nfd_compare  # noqa: E402
 import nfd_lite_propagation  # noqa: E402
 import nfd_lite_rss  # noqa: E402
 import nfd_lite_steady_state  # noqa: E402
+import policy_cost  # noqa: E402
 from _install import Installed, InstallError, install  # noqa: E402
 from _measure import Figure, markdown  # noqa: E402
 from _real_cluster import Cluster  # noqa: E402
@@ -58,6 +59,9 @@ class Settings:
     alone_seconds: float = 3.0
     fake_window: float = 60.0
     kopf_python: str | None = None
+    policy_runs: int = 8
+    policy_patches: int = 50
+    policy: Path | None = None  # the admission policy file measured (default: rbac/'s)
 
 
 QUICK = Settings(
@@ -74,6 +78,8 @@ QUICK = Settings(
     probe_repeat=20,
     alone_seconds=1.0,
     fake_window=10.0,
+    policy_runs=2,
+    policy_patches=10,
 )
 
 
@@ -123,6 +129,12 @@ def gfd_alone(x: Context) -> list[Figure]:
 def gfd_probe_pass(x: Context) -> list[Figure]:
 
     return gfd_probe.figures(repeat=x.settings.probe_repeat)
+
+
+def policy_cost_piece(x: Context) -> list[Figure]:
+
+    s = x.settings
+    return policy_cost.figures(policy=s.policy, runs=s.policy_runs, patches=s.policy_patches)
 
 
 def nfd_start(x: Context) -> list[Figure]:
@@ -184,6 +196,10 @@ PIECES: dict[str, tuple[str, Piece]] = {
         "gfd probe + label pass over the tests' fake NVML: CPU and NVML calls per GPU",
         gfd_probe_pass,
     ),
+    "policy-cost": (
+        "the admission policy: kube-apiserver CPU per writer PATCH, bound / unbound",
+        policy_cost_piece,
+    ),
     "nfd-start": ("nfd-lite vs NFD, one node: start -> first label, CPU then, peak RSS", nfd_start),
     "nfd-propagation": (
         "nfd-lite vs NFD: propagation p50/p99, requests and writes per change",
@@ -210,6 +226,11 @@ TABLES = {  # table -> (title, the peer's column)
         "nfd-lite against upstream NFD {nfd} (nfd-worker, local source, + nfd-master), real "
         "kube-apiserver {kube}",
         "NFD",
+    ),
+    "policy": (
+        "The admission policy's cost to kube-apiserver {kube}: CPU per writer PATCH with the policy bound "
+        "(ours) and with its binding deleted",
+        "without the binding",
     ),
     "alone": ("Ourselves alone", None),
 }
@@ -263,14 +284,19 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--steady-window", type=float, help="seconds of steady state measured (nfd-scale)")
     parser.add_argument("--flood-files", type=int, help="files in the flooded directory (nfd-flood)")
     parser.add_argument("--kopf-python", help="an interpreter with kopf installed (nfd-lite-clients)")
+    parser.add_argument(
+        "--policy", type=Path, help="the admission policy file to measure (policy-cost; default: rbac/'s)"
+    )
+    parser.add_argument("--policy-patches", type=int, help="writer PATCHes per run and Node (policy-cost)")
     return parser.parse_args(argv)
 
 
 def settings(args: argparse.Namespace) -> Settings:
     s = Settings(**vars(QUICK)) if args.quick else Settings()
     if args.runs:
-        s.runs = s.daemon_runs = s.start_runs = args.runs
-    for name in ("passes", "changes", "nodes", "scale_runs", "steady_window", "flood_files", "kopf_python"):
+        s.runs = s.daemon_runs = s.start_runs = s.policy_runs = args.runs
+    options = ("passes", "changes", "nodes", "scale_runs", "steady_window", "flood_files", "kopf_python")
+    for name in (*options, "policy", "policy_patches"):
         if getattr(args, name) is not None:
             setattr(s, name, getattr(args, name))
     return s

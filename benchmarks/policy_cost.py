@@ -1,0 +1,350 @@
+"""What the admission policy (rbac/admission-policy.yaml) costs the API server per writer PATCH.
+
+    python benchmarks/policy_cost.py [--quick] [--policy FILE] [--runs N] [--policy-patches K]
+
+A real control plane of its own (tests/kube: etcd, kube-apiserver, the controller that type-checks
+policies), rbac/ applied with ``--policy FILE`` in place of rbac/admission-policy.yaml, so another version
+of the policy can be compared (``git show REV:rbac/admission-policy.yaml > /tmp/policy.yaml``). For each
+count N of owned labels, a Node set up the way a cluster has it: registered by a "kubelet" (labels,
+annotations and a status of its own, under field manager ``kubelet``), then the writer's first write with
+its pod-bound token (N labels under nvidia.com/ and the ownership record listing them, one merge patch
+with fieldManager=nfd-lite, as nfd_lite/reconciler.py plans it), then seven administrators' ``kubectl
+label`` / ``kubectl annotate`` writes under field managers of their own (the GPU Operator's deploy label
+among them): ten managedFields entries, the most the server keeps apart, which the policy checks on
+every writer PATCH.
+
+Each run sends K PATCHes per Node, each changing ONE label's value exactly as the writer sends it (the
+label, the whole ownership record, the resourceVersion as a precondition; one kept-alive connection, the
+writer's user agent and token), and reads kube-apiserver's CPU (every thread's schedstat) across them: CPU
+ms per PATCH. Runs alternate between the policy bound and its ValidatingAdmissionPolicyBinding deleted,
+the one going first swapping every round; each switch waits until a dry-run PATCH the policy refuses (a
+label outside the allowed prefixes, from the writer) is refused, or admitted, as the binding says.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import shutil
+import ssl
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from _measure import Figure, interleaved, thread_cpu_seconds  # noqa: E402
+
+from nfd_lite.client import FIELD_MANAGER, MERGE_PATCH, USER_AGENT  # noqa: E402
+from nfd_lite.reconciler import OWNED_ANNOTATION  # noqa: E402
+from tests.kube.controlplane import WRITER_NAMESPACE, ControlPlane  # noqa: E402
+from tests.kube.nfd import KUBELET_ANNOTATIONS, KUBELET_LABELS  # noqa: E402
+
+RBAC_DIR = ROOT / "rbac"
+SHIPPED_POLICY = RBAC_DIR / "admission-policy.yaml"
+COUNTS = (30, 300, 1000)
+BINDING_KIND = "ValidatingAdmissionPolicyBinding"
+BINDINGS = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
+LABEL_PREFIX = "nvidia.com/bench."  # under an allowed prefix, no GPU Operator control label
+# Administrators' writes after the writer's first: (verb, field manager, key=value). Distinct managers, as
+# a cluster run by several people and tools has them; gpu-operator's is a foreign label under nvidia.com/.
+# Seven, so that with the kubelet's two entries (the Node, its status) and the writer's the Node holds ten
+# Update entries, the server's cap: past it the server folds the oldest entries into one "ancient-changes"
+# entry, and once the writer's own is folded the policy refuses its every PATCH (a foreign entry changes).
+ADMIN_WRITES = (
+    ("label", "kubectl-label", "topology.kubernetes.io/zone=eu-west-1a"),
+    ("label", "terraform", "node.kubernetes.io/instance-type=p5.48xlarge"),
+    ("label", "gpu-operator", "nvidia.com/gpu.deploy.driver=true"),
+    ("label", "ops-alice", "team=ml-platform"),
+    ("label", "ops-bob", "cost-center=4711"),
+    ("annotate", "kubectl-annotate", "ops.example.com/maintenance-window=sun-0200"),
+    ("annotate", "ops-carol", "example.com/owner=carol"),
+)
+
+
+class PolicyFileError(Exception):
+    """The --policy file cannot be used (the message names the file and why)."""
+
+
+@dataclass(frozen=True)
+class PolicyFile:
+    path: Path
+    binding: dict[str, Any]  # its ValidatingAdmissionPolicyBinding, to create again after a deletion
+    digest: str  # which version of the file was measured
+
+    @classmethod
+    def read(cls, path: Path) -> PolicyFile:
+        try:
+            text = path.read_text()
+            documents = [d for d in yaml.safe_load_all(text) if d]
+        except (OSError, yaml.YAMLError) as err:
+            raise PolicyFileError(f"--policy {path}: cannot read it: {err}") from err
+        kinds = [d.get("kind") if isinstance(d, dict) else None for d in documents]
+        bindings = [d for d, kind in zip(documents, kinds, strict=True) if kind == BINDING_KIND]
+        if len(bindings) != 1:
+            raise PolicyFileError(
+                f"--policy {path}: needs exactly one ValidatingAdmissionPolicyBinding, has {len(bindings)}"
+            )
+        return cls(path, bindings[0], hashlib.sha256(text.encode()).hexdigest()[:12])
+
+    def describe(self) -> str:
+        try:
+            shown = self.path.resolve().relative_to(ROOT)
+        except ValueError:
+            shown = self.path
+        return f"{shown} (sha256 {self.digest})"
+
+
+def apply_rbac(kube: ControlPlane, policy: PolicyFile) -> None:
+    """rbac/ as the README applies it, with ``policy`` in place of the shipped admission policy."""
+    kube.ensure_namespace(WRITER_NAMESPACE)
+    files = [f for f in sorted(RBAC_DIR.glob("*.yaml")) if f.name != SHIPPED_POLICY.name] + [policy.path]
+    for file in files:
+        kube.kubectl("apply", "--server-side", "--field-manager=gpu-labeller-tests", "-f", str(file))
+
+
+# ---- the Node, as a cluster has it ------------------------------------------------------------------
+
+
+def _kubelet_status() -> dict[str, Any]:
+    """What a kubelet reports for a GPU node (sizes as a real one's: conditions, addresses, images)."""
+    stamp = "2025-01-01T00:00:00Z"
+    conditions = [
+        {"type": kind, "status": "False", "reason": f"Kubelet Has No {kind}", "message": "ok"}
+        for kind in ("MemoryPressure", "DiskPressure", "PIDPressure")
+    ] + [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready"}]
+    resources = {"cpu": "192", "memory": "2113425040Ki", "pods": "110", "nvidia.com/gpu": "8"}
+    resources |= {"ephemeral-storage": "3750157828Ki", "hugepages-1Gi": "0", "hugepages-2Mi": "0"}
+    image = "registry.example.com/team/image-{}"
+    images = [
+        {"names": [f"{image.format(i)}@sha256:{i:064x}", f"{image.format(i)}:v1"], "sizeBytes": 10**8 + i}
+        for i in range(20)
+    ]
+    software = {"kernelVersion": "6.8.0", "osImage": "Ubuntu 24.04 LTS", "kubeletVersion": "v1.37.0"}
+    software |= {"containerRuntimeVersion": "containerd://2.0.0", "kubeProxyVersion": ""}
+    return {
+        "capacity": resources,
+        "allocatable": resources,
+        "conditions": [{**c, "lastHeartbeatTime": stamp, "lastTransitionTime": stamp} for c in conditions],
+        "addresses": [{"type": "InternalIP", "address": "10.0.0.7"}, {"type": "Hostname", "address": "gpu"}],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+        "nodeInfo": {
+            **{name: "0" * 32 for name in ("machineID", "systemUUID", "bootID")},
+            **software,
+            "operatingSystem": "linux",
+            "architecture": "amd64",
+        },
+        "images": images,
+    }
+
+
+def owned_keys(count: int) -> list[str]:
+    return [f"{LABEL_PREFIX}{i:04d}" for i in range(count)]
+
+
+def prepare_node(kube: ControlPlane, name: str, count: int) -> str:
+    """The Node with ``count`` writer-owned labels and the foreign content around them; the writer's token."""
+    meta = {"name": name, "labels": KUBELET_LABELS, "annotations": KUBELET_ANNOTATIONS}
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": meta}
+    kube.must("POST", "/api/v1/nodes?fieldManager=kubelet", node)
+    status = {"status": _kubelet_status()}
+    kube.must("PATCH", f"/api/v1/nodes/{name}/status?fieldManager=kubelet", status, content_type=MERGE_PATCH)
+    token = kube.pod_token(name)
+    keys = owned_keys(count)
+    first = {
+        "metadata": {
+            "resourceVersion": kube.get_node(name)["metadata"]["resourceVersion"],
+            "labels": {key: "true" for key in keys},
+            "annotations": {OWNED_ANNOTATION: ",".join(keys)},  # already sorted
+        }
+    }
+    path = f"/api/v1/nodes/{name}?fieldManager={FIELD_MANAGER}"
+    kube.must("PATCH", path, first, token=token, content_type=MERGE_PATCH)
+    for verb, manager, pair in ADMIN_WRITES:
+        kube.kubectl(verb, "node", name, pair, f"--field-manager={manager}")
+    entries = kube.get_node(name)["metadata"].get("managedFields") or []
+    managers = sorted(
+        f"{e['manager']}{'/' + e['subresource'] if e.get('subresource') else ''}" for e in entries
+    )
+    expected = sorted(["kubelet", "kubelet/status", FIELD_MANAGER, *(m for _, m, _ in ADMIN_WRITES)])
+    if managers != expected:  # a server that caps or records managers otherwise measures something else
+        raise RuntimeError(f"node {name}: managedFields entries {managers}, expected {expected}")
+    return token
+
+
+class Writer:
+    """The writer's PATCHes to its Node over one kept-alive connection, each changing one label's value."""
+
+    def __init__(self, kube: ControlPlane, node: str, token: str, count: int) -> None:
+        self.node, self.keys = node, owned_keys(count)
+        self.record = ",".join(self.keys)
+        self.headers = {
+            "Authorization": f"Bearer {token}",
+            "Accept": "application/json",
+            "Content-Type": MERGE_PATCH,
+            "User-Agent": USER_AGENT,
+        }
+        self.version = kube.get_node(node)["metadata"]["resourceVersion"]
+        self.sent = 0
+        context = ssl.create_default_context(cafile=str(kube.ca))
+        self.connection = http.client.HTTPSConnection("127.0.0.1", kube.port, context=context, timeout=60)
+
+    def patch(self) -> None:
+        key = self.keys[self.sent % len(self.keys)]
+        self.sent += 1
+        body = {
+            "metadata": {
+                "resourceVersion": self.version,
+                "labels": {key: f"v{self.sent}"},
+                "annotations": {OWNED_ANNOTATION: self.record},  # the writer sends its whole record
+            }
+        }
+        path = f"/api/v1/nodes/{self.node}?fieldManager={FIELD_MANAGER}"
+        self.connection.request("PATCH", path, json.dumps(body).encode(), self.headers)
+        response = self.connection.getresponse()
+        answer = response.read()
+        if response.status != 200:
+            raise RuntimeError(f"writer PATCH of {self.node}: {response.status} {answer[:400]!r}")
+        self.version = json.loads(answer)["metadata"]["resourceVersion"]
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+# ---- the binding --------------------------------------------------------------------------------------
+
+
+class Binding:
+    """Deletes and creates the policy's binding, and waits until the server enforces what it says."""
+
+    def __init__(self, kube: ControlPlane, policy: PolicyFile, probe_node: str, token: str) -> None:
+        self.kube, self.policy, self.probe_node, self.token = kube, policy, probe_node, token
+        self.name = str(policy.binding["metadata"]["name"])
+        self.bound = True  # as applied
+
+    def enforced(self) -> bool:
+        """A dry-run write the policy refuses (a label outside the allowed prefixes, from the writer)."""
+        answer = self.kube.request(
+            "PATCH",
+            f"/api/v1/nodes/{self.probe_node}?dryRun=All&fieldManager={FIELD_MANAGER}",
+            {"metadata": {"labels": {"example.com/policy-probe": "x"}}},
+            token=self.token,
+            content_type=MERGE_PATCH,
+        )
+        if answer.status == 200:
+            return False
+        if answer.status == 403 and "ValidatingAdmissionPolicy" in answer.message:
+            return True
+        raise RuntimeError(f"policy probe on {self.probe_node}: {answer.status} {answer.message}")
+
+    def set(self, bound: bool) -> None:
+        if bound == self.bound:
+            return
+        if bound:
+            self.kube.must("POST", BINDINGS, self.policy.binding)
+        else:
+            self.kube.must("DELETE", f"{BINDINGS}/{self.name}")
+        self.wait(bound)
+        self.bound = bound
+
+    def wait(self, bound: bool, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.enforced() != bound:
+            if time.monotonic() > deadline:
+                state = "enforced" if bound else "lifted"
+                raise RuntimeError(f"the policy of {self.policy.path} was not {state} within {timeout:.0f} s")
+            time.sleep(0.2)
+
+
+# ---- the run ------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def control_plane() -> Iterator[ControlPlane]:
+    """A control plane of its own: nothing else (no NFD, no writers) spends the server's CPU."""
+    tmp = Path(tempfile.mkdtemp(prefix="policy-cost-"))
+    try:
+        with ControlPlane(tmp / "kube") as kube:
+            yield kube
+    except BaseException:
+        print(f"logs kept in {tmp}", file=sys.stderr)
+        raise
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def idle_cpu_ms_per_s(pid: int, seconds: float = 3.0) -> float:
+    before = thread_cpu_seconds(pid)
+    time.sleep(seconds)
+    return (thread_cpu_seconds(pid) - before) * 1000 / seconds
+
+
+def figures(
+    policy: Path | None = None,
+    counts: tuple[int, ...] = COUNTS,
+    runs: int = 8,
+    patches: int = 50,
+    warmup: int = 3,
+) -> list[Figure]:
+    chosen = PolicyFile.read(policy or SHIPPED_POLICY)
+    with control_plane() as kube:
+        apply_rbac(kube, chosen)
+        kube.create_node("policy-probe")
+        binding = Binding(kube, chosen, "policy-probe", kube.pod_token("policy-probe"))
+        binding.wait(True)
+        writers = {n: Writer(kube, f"owned-{n}", prepare_node(kube, f"owned-{n}", n), n) for n in counts}
+        pid = kube.apiserver.pid
+        idle = idle_cpu_ms_per_s(pid)
+        wall: dict[int, list[float]] = {n: [] for n in counts}
+
+        def run(bound: bool) -> dict[str, float]:
+            binding.set(bound)
+            got = {}
+            for n, writer in writers.items():
+                for _ in range(warmup):  # a fresh connection and caches after the switch: not counted
+                    writer.patch()
+                began, before = time.perf_counter(), thread_cpu_seconds(pid)
+                for _ in range(patches):
+                    writer.patch()
+                got[str(n)] = (thread_cpu_seconds(pid) - before) * 1000 / patches
+                if bound:
+                    wall[n].append((time.perf_counter() - began) * 1000 / patches)
+            return got
+
+        try:
+            with_policy, without = interleaved(runs, lambda: run(True), lambda: run(False))
+        finally:
+            for writer in writers.values():
+                writer.close()
+    note = (
+        f"policy {chosen.describe()}; {patches} PATCHes per run, each changing one label's value (as the "
+        f"writer sends it); ratio: with / without the binding. kube-apiserver's CPU idle: {idle:.1f} ms/s, "
+        "in every figure for the PATCHes' wall time (with the policy: "
+        + ", ".join(f"{n}: {min(wall[n]):.0f} ms" for n in counts)
+        + " per PATCH at least)"
+    )
+    return [
+        Figure(
+            "policy",
+            f"kube-apiserver CPU per writer PATCH, {n} owned labels",
+            "ms",
+            with_policy[str(n)],
+            without[str(n)],
+            note=note if i == 0 else "",
+        )
+        for i, n in enumerate(counts)
+    ]
+
+
+if __name__ == "__main__":  # the same as figures.py policy-cost [options]
+    import figures as all_figures
+
+    sys.exit(all_figures.main(["policy-cost", *sys.argv[1:]]))
