@@ -1,5 +1,5 @@
 """/healthz, /readyz and /metrics on one small HTTP server thread, within ``hostport.serving``'s
-connection cap and timeouts."""
+connection cap and deadlines, which keep the probes answered while other connections take every slot."""
 
 from __future__ import annotations
 
