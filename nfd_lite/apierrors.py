@@ -57,6 +57,12 @@ class ConnectionFailed(ApiError):
     """No answer: the connection failed or timed out, or a watch stream broke off (status 0)."""
 
 
+class UnusableAnswer(ConnectionFailed):
+    """An answer that cannot be used (status 0): over the size cap, still incomplete at its deadline (a
+    server dripping it), not JSON, or a watch the server keeps open past its timeout. Retried as a broken
+    connection is, on a new connection: what a server answers next may be whole."""
+
+
 class AccessDenied(ApiError):
     """401 or 403: a credential or permission is missing, which retrying alone does not fix."""
 

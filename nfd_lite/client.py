@@ -1,7 +1,8 @@
-"""A thin own-Node client: JSON over one urllib3 pool (``connection`` says why not the official client's
-request layer), handed back as dicts. Every request carries a timeout. Only the start-up self-check names
-another node, in a list of one and a dry-run patch that the server never stores (``probe_other_node``). A
-failure is raised as the ``apierrors`` class saying what it means.
+"""A thin own-Node client: JSON over ``http.client`` (``connection`` says why not the official client's
+request layer), handed back as dicts. Every request has one deadline and every answer a size cap, so a
+broken or hostile server costs bounded time and memory. Only the start-up self-check names another node,
+in a list of one and a dry-run patch that the server never stores (``probe_other_node``). A failure is
+raised as the ``apierrors`` class saying what it means.
 """
 
 from __future__ import annotations
@@ -9,14 +10,15 @@ from __future__ import annotations
 import http.client
 import json
 import logging
-import socket
+import math
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from nfd_lite.apierrors import ConnectionFailed, api_error, response_error
-from nfd_lite.connection import Connection
+from nfd_lite.apierrors import ConnectionFailed, UnusableAnswer, api_error, response_error
+from nfd_lite.connection import BoundedConnection, Connection, Deadline, DeadlinePassed
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +29,16 @@ _NODES = "/api/v1/nodes"
 # What a broken or timed-out connection raises: socket and TLS errors are OSErrors, a garbled or cut-off
 # answer an HTTPException.
 _NO_ANSWER = (OSError, http.client.HTTPException)
+# The most one answer, or one watch event, may hold. Any Node is bounded by what etcd stores (1.5 MiB per
+# object by default), and its JSON is at most a few times its stored size; the writer's own Node, with its
+# 1,000-label cap and managedFields, is a few hundred KiB. 16 MiB leaves room for an etcd that allows
+# bigger objects, while a broken or hostile server can cost no more than that (a 256 MiB answer read
+# whole once took the writer to 534 MiB, an endless one to 3.8 GiB in 12 s).
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
+_CAP = f"{MAX_ANSWER_BYTES // (1024 * 1024)} MiB"
+_PIECE = 64 * 1024  # an answer without a Content-Length is read this much at a time
+# A watch the server has not ended this long after its timeoutSeconds is dropped and opened again.
+WATCH_GRACE = 30.0
 
 
 class NodeApi:
@@ -36,6 +48,8 @@ class NodeApi:
     lists); each watch has a connection of its own, closed when the watch ends. A connection that failed
     is dropped, and the next request opens a new one."""
 
+    watch_grace = WATCH_GRACE
+
     def __init__(self, connection: Connection, node_name: str, *, request_timeout: float = 10.0) -> None:
         self.connection = connection
         self.node_name = node_name
@@ -43,7 +57,7 @@ class NodeApi:
         self._path = "/api/v1/nodes/" + quote(node_name, safe="")
         self._kept = threading.local()
         self._watch_lock = threading.Lock()
-        self._watching: http.client.HTTPConnection | None = None
+        self._watching: BoundedConnection | None = None
         # Called on every answer of the API server (any HTTP response, each watch event or bookmark): how
         # the writer knows it is reachable (retry.Outage).
         self.heard: Callable[[], None] = lambda: None
@@ -52,20 +66,20 @@ class NodeApi:
         """Unblock a watch read from another thread (used on shutdown)."""
         with self._watch_lock:
             watching = self._watching
-        if watching is not None and watching.sock is not None:
+        if watching is not None:
             try:
-                watching.sock.shutdown(socket.SHUT_RDWR)
+                watching.abort()
             except OSError as err:  # already closed: nothing to unblock
                 log.debug("closing the watch: %s", err)
 
     def close(self) -> None:
-        kept: http.client.HTTPConnection | None = getattr(self._kept, "connection", None)
+        kept: BoundedConnection | None = getattr(self._kept, "connection", None)
         if kept is not None:
             kept.close()
             self._kept.connection = None
 
-    def _kept_connection(self) -> http.client.HTTPConnection:
-        kept: http.client.HTTPConnection | None = getattr(self._kept, "connection", None)
+    def _kept_connection(self) -> BoundedConnection:
+        kept: BoundedConnection | None = getattr(self._kept, "connection", None)
         if kept is None:
             kept = self._kept.connection = self.connection.open(self.request_timeout)
         return kept
@@ -78,23 +92,33 @@ class NodeApi:
         body: Any = None,
         content_type: str | None = None,
     ) -> Any:
-        """One request on this thread's kept connection; its JSON answer."""
+        """One request on this thread's kept connection, over within ``request_timeout`` of its start
+        (the 401 retry included); its JSON answer. A connection whose answer was not read to its end is
+        dropped, and the next request opens a new one."""
         verb = "list" if path == _NODES else method.lower()
+        what = f"{method} {path}"
         connection = self._kept_connection()
+        connection.deadline.until(time.monotonic() + self.request_timeout)
         try:
-            answer = self._answer(connection, verb, method, path, query, body, content_type).read()
-        except _NO_ANSWER as err:
+            try:
+                response = self._answer(connection, verb, method, path, query, body, content_type)
+                answer = _body(response, what, verb)
+            except DeadlinePassed as err:
+                raise _late(what, connection.deadline, self.request_timeout, verb) from err
+            except _NO_ANSWER as err:
+                raise ConnectionFailed(0, f"{what}: {type(err).__name__}: {err}", verb=verb) from err
+        except ConnectionFailed:
             connection.close()
             self._kept.connection = None
-            raise ConnectionFailed(0, f"{method} {path}: {type(err).__name__}: {err}", verb=verb) from err
+            raise
         try:
             return json.loads(answer)
-        except ValueError as err:
-            raise ConnectionFailed(0, f"{method} {path}: undecodable answer: {err}", verb=verb) from err
+        except (ValueError, RecursionError) as err:  # RecursionError: nested too deep to decode
+            raise UnusableAnswer(0, f"{what}: undecodable answer: {err}", verb=verb) from err
 
     def _answer(
         self,
-        connection: http.client.HTTPConnection,
+        connection: BoundedConnection,
         verb: str,
         method: str,
         path: str,
@@ -119,7 +143,7 @@ class NodeApi:
             self.heard()
             if 200 <= response.status < 300:
                 return response
-            answer = response.read()
+            answer = _body(response, f"{method} {path}", verb)
             if response.status == 401 and attempt == 1 and credentials is not None:
                 credentials.renew()
                 continue
@@ -174,8 +198,10 @@ class NodeApi:
     def watch(
         self, resource_version: str, timeout_seconds: int, *, silence: float | None = None
     ) -> Iterator[dict[str, Any]]:
-        """Events of the own-node watch until the server ends it. Raises Gone when expired, and
-        ConnectionFailed when nothing (not even a bookmark) arrives for ``silence`` seconds."""
+        """Events of the own-node watch until the server ends it. Raises Gone when expired,
+        ConnectionFailed when no event (not even a bookmark) arrives for ``silence`` seconds, and
+        UnusableAnswer for an event over the size cap, one still incomplete ``silence`` seconds after the
+        last, or a watch still open ``watch_grace`` seconds after ``timeout_seconds``."""
         query = [
             self._selector(),
             ("watch", "true"),
@@ -183,21 +209,42 @@ class NodeApi:
             ("allowWatchBookmarks", "true"),
             ("timeoutSeconds", str(timeout_seconds)),
         ]
-        # Connect quickly; allow the read to wait as long as the server may keep the watch open.
         connection = self.connection.open(self.request_timeout)
+        deadline = connection.deadline
         with self._watch_lock:
             self._watching = connection
+        started = time.monotonic()
+        deadline.until(started + self.request_timeout)  # for the answer's head, as any request
+        ends = started + timeout_seconds + self.watch_grace
+        # Each event must be complete within ``silence`` of the one before: a stream cut off without a FIN
+        # or RST (a dropped route, a policy dropping packets) is then noticed, and so is one dripped a
+        # byte at a time, which a timeout on each read would never see.
+        window = silence if silence is not None else math.inf
+        response: http.client.HTTPResponse | None = None
         try:
             try:
-                response = self._answer(connection, "watch", "GET", _NODES, query)
-                # Let each read wait up to ``silence``, or as long as the server may keep the watch open: a
-                # stream cut off without a FIN or RST (a dropped route, a policy dropping packets) is then
-                # noticed.
-                assert connection.sock is not None
-                connection.sock.settimeout(silence if silence is not None else timeout_seconds + 30.0)
-                for line in response:
-                    if not line.strip():
-                        continue
+                try:
+                    response = self._answer(connection, "watch", "GET", _NODES, query)
+                except DeadlinePassed as err:
+                    raise _late("watch", deadline, self.request_timeout, "watch") from err
+                while True:
+                    due = min(ends, time.monotonic() + window)
+                    deadline.until(due)
+                    try:
+                        line = _event_line(response)
+                    except DeadlinePassed as err:
+                        if due == ends:
+                            message = f"watch: still open {self.watch_grace:g} s after its "
+                            message += f"timeoutSeconds={timeout_seconds}"
+                            raise UnusableAnswer(0, message, verb="watch") from err
+                        if deadline.received:
+                            message = f"watch: an event was still incomplete {window:g} s after the last one "
+                            message += f"({deadline.received} bytes in)"
+                            raise UnusableAnswer(0, message, verb="watch") from err
+                        message = f"watch: nothing for {window:g} s, not even a bookmark"
+                        raise ConnectionFailed(0, message, verb="watch") from err
+                    if not line:
+                        return  # the server ended the watch
                     self.heard()
                     event = json.loads(line)
                     if event.get("type") == "ERROR":
@@ -209,9 +256,46 @@ class NodeApi:
                     yield event
             except _NO_ANSWER as err:
                 raise ConnectionFailed(0, f"watch: {type(err).__name__}: {err}", verb="watch") from err
-            except ValueError as err:
-                raise ConnectionFailed(0, f"watch: undecodable event: {err}", verb="watch") from err
+            except (ValueError, RecursionError) as err:
+                raise UnusableAnswer(0, f"watch: undecodable event: {err}", verb="watch") from err
         finally:
             with self._watch_lock:
                 self._watching = None
+            if response is not None:
+                response.close()  # after "Connection: close" the answer, not the connection, holds the socket
             connection.close()
+
+
+def _body(response: http.client.HTTPResponse, what: str, verb: str) -> bytes:
+    """The whole body of ``response``, read only up to the cap: a Content-Length over it is refused
+    before reading, a body without one is read in pieces and refused as soon as it passes the cap."""
+    if response.length is not None:
+        if response.length > MAX_ANSWER_BYTES:
+            message = f"{what}: the answer is {response.length} bytes, over the {_CAP} cap"
+            raise UnusableAnswer(0, message, verb=verb)
+        return response.read()
+    body = bytearray()
+    while piece := response.read(min(_PIECE, MAX_ANSWER_BYTES + 1 - len(body))):
+        body += piece
+        if len(body) > MAX_ANSWER_BYTES:
+            raise UnusableAnswer(0, f"{what}: the answer passed the {_CAP} cap before its end", verb=verb)
+    return bytes(body)
+
+
+def _event_line(response: http.client.HTTPResponse) -> bytes:
+    """The watch's next event line (blank lines, which the server may send, skipped); b"" at its end."""
+    while True:
+        line = response.readline(MAX_ANSWER_BYTES + 1)
+        if len(line) > MAX_ANSWER_BYTES:
+            raise UnusableAnswer(0, f"watch: an event passed the {_CAP} cap before its end", verb="watch")
+        if not line or line.strip():
+            return line
+
+
+def _late(what: str, deadline: Deadline, seconds: float, verb: str) -> ConnectionFailed:
+    """What a request whose deadline passed failed of: an answer that did not come, or one too slow."""
+    if deadline.received:
+        message = f"{what}: the answer was still incomplete at the {seconds:g} s request deadline "
+        message += f"({deadline.received} bytes in)"
+        return UnusableAnswer(0, message, verb=verb)
+    return ConnectionFailed(0, f"{what}: no answer within the {seconds:g} s request deadline", verb=verb)

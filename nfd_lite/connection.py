@@ -7,21 +7,55 @@ and the official client's request layer (its package, models, pydantic, dateutil
 about 12 MiB of every node's memory as a transport alone, urllib3 under it about 5 MiB more than
 ``http.client`` (measurements in docs/nfd-lite.md, Memory). The official client's kubeconfig loader is
 still what reads ``--kubeconfig`` (exec credential plugins, OIDC, token files), loaded only in that mode.
+Each connection bounds its request in time (``Deadline``); ``client`` bounds the answer's size.
 """
 
 from __future__ import annotations
 
 import http.client
+import io
 import socket
 import ssl
+import time
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
 
 # TCP keep-alive as client-go dials the API server (30 s idle; Go's probe interval and count, 15 s and 9),
 # so an idle watch whose peer vanished is noticed within about 3 minutes instead of never.
 KEEPALIVE = (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 15), ("TCP_KEEPCNT", 9))
+
+
+class DeadlinePassed(TimeoutError):
+    """The request's deadline passed before its answer was complete."""
+
+
+class Deadline:
+    """When the request in flight on one connection must be over (``time.monotonic()``), and how many bytes
+    of its answer have come in since that was set. Every connect, send and receive waits at most until
+    then: a socket timeout alone bounds each read, not their sum, so an answer dripped a byte a second
+    would hold the request for ever. With no deadline set, each operation waits up to ``timeout``."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.at: float | None = None
+        self.received = 0
+
+    def until(self, at: float) -> None:
+        self.at, self.received = at, 0
+
+    def left(self) -> float:
+        """Seconds the next socket operation may wait; DeadlinePassed when none are left."""
+        if self.at is None:
+            return self.timeout
+        left = self.at - time.monotonic()
+        if left <= 0:
+            raise DeadlinePassed("the deadline passed")
+        return left
 
 
 class Credentials(Protocol):
@@ -57,9 +91,9 @@ class Connection:
         """The URL's path, which every request path is appended to."""
         return urlsplit(self.url).path.rstrip("/")
 
-    def open(self, timeout: float) -> http.client.HTTPConnection:
+    def open(self, timeout: float) -> BoundedConnection:
         """A new connection (connected on its first request) whose socket operations time out after
-        ``timeout`` seconds."""
+        ``timeout`` seconds, or at its ``deadline`` once one is set."""
         parts = urlsplit(self.url)
         host, port = parts.hostname or "", parts.port
         target, target_port = host, port
@@ -104,24 +138,106 @@ def _keepalive(sock: socket.socket) -> None:
             sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
 
 
-class _KeepAliveHTTP(http.client.HTTPConnection):
+class _DeadlineReader(io.RawIOBase):
+    """An answer's bytes from ``raw`` (the socket's own reader), each receive waiting only until the
+    deadline, and counted."""
+
+    def __init__(self, raw: io.RawIOBase, sock: socket.socket, deadline: Deadline) -> None:
+        super().__init__()
+        self.raw, self.sock, self.deadline = raw, sock, deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: WriteableBuffer) -> int:
+        self.sock.settimeout(self.deadline.left())
+        try:
+            count = self.raw.readinto(buffer) or 0
+        except TimeoutError as err:
+            if self.deadline.at is None:
+                raise
+            raise DeadlinePassed("the deadline passed") from err
+        self.deadline.received += count
+        return count
+
+    def close(self) -> None:
+        self.raw.close()  # lets the socket close once the connection has let go of it too
+        super().close()
+
+
+class BoundedConnection(http.client.HTTPConnection):
+    """An HTTP(S) connection whose request must be over by ``deadline``: connecting, sending the request
+    and reading every byte of the answer (status line, headers, body) all stop there. ``reading`` is the
+    socket the last answer is read from, which stays open after the connection has let go of it when the
+    server said ``Connection: close``."""
+
+    deadline: Deadline
+    reading: socket.socket | None
+
+    def _bound(self) -> None:
+        """Set up what this class adds (called from each subclass's ``__init__``)."""
+        self.deadline = deadline = Deadline(self.timeout or 0.0)
+        self.reading = None
+        connection = self
+
+        # http.client builds each answer itself from the socket alone, so the deadline comes with a class
+        # of this connection's own.
+        class Answer(http.client.HTTPResponse):
+            """An answer read only until the connection's deadline."""
+
+            def __init__(
+                self,
+                sock: socket.socket,
+                debuglevel: int = 0,
+                method: str | None = None,
+                url: str | None = None,
+            ) -> None:
+                super().__init__(sock, debuglevel, method, url)
+                self.fp = io.BufferedReader(_DeadlineReader(self.fp.detach(), sock, deadline))
+                connection.reading = sock
+
+        self.response_class = Answer
+
+    def send(self, data: Any) -> None:
+        if self.sock is not None:  # a kept connection: its socket still has the last request's timeout
+            self.sock.settimeout(self.deadline.left())
+        super().send(data)
+
+    def abort(self) -> None:
+        """Unblock a read of this connection's answer from another thread (the answer fails)."""
+        sock = self.reading or self.sock
+        if sock is not None:
+            # socket's own shutdown: SSLSocket's would also drop its TLS state under the reading thread
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+class _KeepAliveHTTP(BoundedConnection):
+    def __init__(self, host: str, port: int | None, *, timeout: float) -> None:
+        super().__init__(host, port, timeout=timeout)
+        self._bound()
+
     def connect(self) -> None:
+        self.timeout = self.deadline.left()  # what the TCP connect may wait
         super().connect()
         _keepalive(self.sock)
 
 
-class _KeepAliveHTTPS(http.client.HTTPSConnection):
+class _KeepAliveHTTPS(BoundedConnection, http.client.HTTPSConnection):
     """HTTPS whose certificate is checked against ``server_name`` (the host, or a kubeconfig's
     tls-server-name), over a socket with keep-alive probes."""
 
     def __init__(
         self, host: str, port: int | None, *, timeout: float, context: ssl.SSLContext, server_name: str
     ) -> None:
-        super().__init__(host, port, timeout=timeout, context=context)
+        http.client.HTTPSConnection.__init__(self, host, port, timeout=timeout, context=context)
         self.server_name = server_name
         self.tls_context = context
+        self._bound()
 
     def connect(self) -> None:
+        self.timeout = self.deadline.left()
         http.client.HTTPConnection.connect(self)  # TCP, and the proxy's CONNECT when tunnelling
         _keepalive(self.sock)
+        # The handshake as a whole waits at most the socket's timeout (CPython bounds it, not each read).
+        self.sock.settimeout(self.deadline.left())
         self.sock = self.tls_context.wrap_socket(self.sock, server_hostname=self.server_name)
