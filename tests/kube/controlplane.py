@@ -3,15 +3,17 @@ their pinned Go modules by ``scripts/peers/build.sh kubernetes`` (scripts/peers/
 ports.
 
 It runs what a cluster runs for the label writer's purposes: authentication of pod-bound service-account
-tokens (with the node-name and node-uid claims), RBAC, the default admission plugins including
-ValidatingAdmissionPolicy, server-side validation and the watch cache. Of the controllers only the one that
-type-checks admission policies runs; no kubelet or scheduler: Nodes and Pods are plain objects created here,
-which is all a TokenRequest needs."""
+tokens (with the node-name and node-uid claims) and of client certificates (a kubelet's), the Node
+authorizer and RBAC, the default admission plugins including ValidatingAdmissionPolicy plus NodeRestriction,
+server-side validation and the watch cache. Of the controllers only the one that type-checks admission
+policies runs; no kubelet or scheduler: Nodes and Pods are plain objects created here, which is all a
+TokenRequest needs."""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import hashlib
 import json
 import os
 import shutil
@@ -27,6 +29,7 @@ from types import TracebackType
 from typing import Any
 
 from tests.apiserver.tls import make_certificate
+from tests.node.pki import Authority, Pair
 
 ROOT = Path(__file__).resolve().parents[2]
 BINARIES = ROOT / ".cache" / "peers" / "kubernetes"  # the newest release the chart claims
@@ -80,9 +83,11 @@ def kubeconfig_document(server: str, ca: Path, user: dict[str, str]) -> dict[str
 
 
 class ApiResponse:
-    def __init__(self, status: int, body: bytes) -> None:
+    def __init__(self, status: int, body: bytes, warnings: list[str] | None = None) -> None:
         self.status = status
         self.body = body
+        # The response's Warning headers (admission warnings, deprecations), as the server sent them.
+        self.warnings = warnings or []
 
     def json(self) -> Any:
         return json.loads(self.body) if self.body else None
@@ -107,6 +112,8 @@ class ControlPlane:
         self._processes: list[subprocess.Popen[bytes]] = []
         self.apiserver: subprocess.Popen[bytes]
         self.ca = workdir / "apiserver.crt"
+        self.client_ca = workdir / "client-ca"  # signs client certificates the server accepts (kubelets')
+        self._client_authority: Authority
         self.admin_kubeconfig = workdir / "admin.kubeconfig"
         self.audit_log = workdir / "audit.log"
         self.logs = workdir  # one NAME.log per daemon
@@ -132,6 +139,7 @@ class ControlPlane:
                 raise ControlPlaneError(f"{self.binaries / name} is missing: {BUILD_HINT}")
         self.workdir.mkdir(parents=True, exist_ok=True)
         make_certificate(self.workdir)
+        self._client_authority = Authority(self.client_ca)
         sa_key, sa_pub = self.workdir / "sa.key", self.workdir / "sa.pub"
         subprocess.run(["openssl", "genrsa", "-out", sa_key, "2048"], check=True, capture_output=True)
         subprocess.run(
@@ -196,10 +204,14 @@ class ControlPlane:
                 f"--tls-cert-file={self.ca}",
                 f"--tls-private-key-file={self.workdir / 'apiserver.key'}",
                 f"--token-auth-file={tokens}",
+                f"--client-ca-file={self.client_ca / 'ca.crt'}",
                 f"--service-account-issuer={ISSUER}",
                 f"--service-account-key-file={sa_pub}",
                 f"--service-account-signing-key-file={sa_key}",
-                "--authorization-mode=RBAC",
+                # As clusters run them: the Node authorizer and NodeRestriction decide only for kubelets
+                # (system:node:NAME in system:nodes), so no other identity sees a difference.
+                "--authorization-mode=Node,RBAC",
+                "--enable-admission-plugins=NodeRestriction",
                 "--service-cluster-ip-range=10.96.0.0/24",
                 # No kubelets or controllers run, so nothing should reconcile the `kubernetes` Service
                 # endpoints to a loopback address (which validation would refuse on every attempt).
@@ -303,6 +315,13 @@ class ControlPlane:
         """A kubeconfig file for ``token`` (JSON is valid YAML)."""
         return self._write_kubeconfig(path, token)
 
+    def client_certificate(self, user: str, groups: tuple[str, ...] = ()) -> Pair:
+        """A client certificate the server authenticates as ``user`` in ``groups`` (CN and O, as a
+        kubelet's: ``client_certificate("system:node:NAME", ("system:nodes",))``)."""
+        subject = "".join(f"/O={group}" for group in groups) + f"/CN={user}"
+        name = "client-" + hashlib.sha256(subject.encode()).hexdigest()[:16]
+        return self._client_authority.issue(name, subject, usage="clientAuth")
+
     def request(
         self,
         method: str,
@@ -310,28 +329,33 @@ class ControlPlane:
         body: Any = None,
         *,
         token: str | None = None,
+        cert: Pair | None = None,
         content_type: str = "application/json",
     ) -> ApiResponse:
-        """One raw HTTPS request (admin unless ``token``); HTTP errors are returned, not raised.
+        """One raw HTTPS request (admin unless ``token`` or the client certificate ``cert``); HTTP errors
+        are returned, not raised.
 
         The user agent names the server's default field manager: admin requests are "gpu-labeller-tests",
         token requests "nfd-lite", as the writer's own patches are (the admission policy tells the writer's
         managedFields entry from everyone else's by that name)."""
         data = None if body is None else json.dumps(body).encode()
         headers = {
-            "Authorization": f"Bearer {token or self.admin_token}",
             "Accept": "application/json",
             "User-Agent": "gpu-labeller-tests/0" if token is None else "nfd-lite/0",
         }
+        if cert is None:
+            headers["Authorization"] = f"Bearer {token or self.admin_token}"
         if data is not None:
             headers["Content-Type"] = content_type
         request = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
         context = ssl.create_default_context(cafile=str(self.ca))
+        if cert is not None:
+            context.load_cert_chain(cert.cert, cert.key)
         try:
             with urllib.request.urlopen(request, context=context, timeout=30) as response:
-                return ApiResponse(response.status, response.read())
+                return ApiResponse(response.status, response.read(), response.headers.get_all("Warning"))
         except urllib.error.HTTPError as err:
-            return ApiResponse(err.code, err.read())
+            return ApiResponse(err.code, err.read(), err.headers.get_all("Warning"))
 
     def must(self, method: str, path: str, body: Any = None, **kwargs: Any) -> Any:
         response = self.request(method, path, body, **kwargs)
@@ -379,9 +403,16 @@ class ControlPlane:
     def annotations(self, name: str) -> dict[str, str]:
         return dict(self.get_node(name)["metadata"].get("annotations") or {})
 
-    def patch_node(self, name: str, patch: dict[str, Any], *, token: str | None = None) -> ApiResponse:
+    def patch_node(
+        self, name: str, patch: dict[str, Any], *, token: str | None = None, cert: Pair | None = None
+    ) -> ApiResponse:
         return self.request(
-            "PATCH", f"/api/v1/nodes/{name}", patch, token=token, content_type="application/merge-patch+json"
+            "PATCH",
+            f"/api/v1/nodes/{name}",
+            patch,
+            token=token,
+            cert=cert,
+            content_type="application/merge-patch+json",
         )
 
     def ensure_namespace(self, name: str) -> None:
