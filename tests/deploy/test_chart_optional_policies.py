@@ -495,3 +495,29 @@ def test_checkov_passes_the_rendered_policies(tools: Tools, tmp_path: Path) -> N
     out.mkdir()
     (out / "optional-policies.yaml").write_text(render(tools, "helm3", BOTH, tmp_path))
     assert_clean(checkov(tools, tmp_path, "kubernetes", "-d", str(out)), minimum_passed=100)
+
+
+@pytest.mark.parametrize(
+    ("values", "said"),
+    [
+        ({"guardLabels": {"enabled": True}}, "guardLabels: reporting only."),
+        (
+            {"guardLabels": {"enabled": True, "validationActions": ["Deny", "Audit"]}},
+            "(ValidatingAdmissionPolicy\ngpu-labeller-label-guard); other writers are refused.",
+        ),
+        (
+            {"draAdminAccessPolicy": {"enabled": True, "allowedGroups": ["gpu-admins"]}},
+            "draAdminAccessPolicy: only members of gpu-admins may add or change the",
+        ),
+    ],
+)
+def test_the_install_notes_say_what_each_policy_does(
+    tools: Tools, tmp_path: Path, values: dict[str, Any], said: str
+) -> None:
+    args = ("install", "--dry-run=client", "gpu-labeller", str(CHART), "-n", "gpu-labeller")
+    proc = run_helm(tools, "helm4", *args, values=values, tmp=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    notes = proc.stdout.partition("NOTES:")[2]
+    assert said in notes, notes
+    plain = run_helm(tools, "helm4", *args, tmp=tmp_path).stdout.partition("NOTES:")[2]
+    assert "guardLabels" not in plain and "draAdminAccessPolicy" not in plain
