@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -157,7 +157,7 @@ def refused(answer: ApiResponse, user: str) -> bool:
 
 
 def patch_labels(
-    kube: ControlPlane, name: str, labels: dict[str, str | None], cert: Pair, subresource: str = ""
+    kube: ControlPlane, name: str, labels: Mapping[str, str | None], cert: Pair, subresource: str = ""
 ) -> ApiResponse:
     path = f"/api/v1/namespaces/{name}" + (f"/{subresource}" if subresource else "")
     return kube.request(

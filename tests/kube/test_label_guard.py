@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -135,7 +135,7 @@ def refused(answer: ApiResponse, words: str) -> bool:
     return answer.status == 403 and POLICY in answer.message and words in answer.message
 
 
-def labels(values: dict[str, str | None]) -> dict[str, Any]:
+def labels(values: Mapping[str, str | None]) -> dict[str, Any]:
     return {"metadata": {"labels": values}}
 
 
