@@ -140,6 +140,19 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
         return None
 
 
+def _policy_hint(message: str) -> str:
+    """What a policy refusal means, from the rule its message names: blaming the prefixes for every refusal
+    sent operators to the wrong setting when the policy refused the server's own managedFields bookkeeping."""
+    if "managedFields" in message:
+        return (
+            "it refused the field-ownership record (metadata.managedFields) the request would leave; "
+            "rbac/README.md says which changes of it the policy admits"
+        )
+    if "may only change labels under" in message:
+        return "the label is outside the allowed prefixes (--allow-prefix and the policy's own list)"
+    return "the policy's message says which rule"
+
+
 def explain(err: AccessDenied) -> str:
     """One clear line for 401/403: which credential or permission is missing, or which policy refused."""
     if isinstance(err, Unauthorized):
@@ -149,8 +162,8 @@ def explain(err: AccessDenied) -> str:
         )
     if isinstance(err, AdmissionRefused):
         return (
-            f"an admission policy refused the {err.verb or 'request'} of this node (403): it may only change "
-            f"labels under the allowed prefixes and the ownership annotation of its own node ({err.message})"
+            f"an admission policy refused the {err.verb or 'request'} of this node (403): "
+            f"{_policy_hint(err.message)} ({err.message})"
         )
     return (
         f"permission denied (403): the service account needs '{err.verb}' on core 'nodes' for this node; "

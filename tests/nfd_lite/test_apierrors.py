@@ -109,3 +109,14 @@ def test_explain_says_which_credential_permission_or_policy(err: AccessDenied, s
     line = explain(err)
     assert line.startswith(starts)
     assert line.endswith(f"({err.message})")
+
+
+def test_a_managed_fields_refusal_is_not_blamed_on_the_label_prefixes() -> None:
+    """The policy's managedFields rule refusing a write once sent operators to the prefixes."""
+    message = (
+        "ValidatingAdmissionPolicy 'gpu-labeller-nfd-lite' with binding 'gpu-labeller-nfd-lite' denied "
+        "request: nfd-lite may not change metadata.managedFields"
+    )
+    line = explain(api_error(403, message, verb="patch"))
+    assert "field-ownership record (metadata.managedFields)" in line
+    assert "prefix" not in line
