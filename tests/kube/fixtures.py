@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.kube.controlplane import ROOT, ControlPlane
+from tests.kube.controlplane import OLDEST_BINARIES, ROOT, ControlPlane
 
 RBAC_DIR = ROOT / "rbac"
 
@@ -39,6 +39,28 @@ def apply_rbac(kube: ControlPlane) -> None:
             return
         time.sleep(0.25)
     raise AssertionError("the admission policy from rbac/ was not enforced within 60 s")
+
+
+# The params of a module's `kube` fixture that runs its tests on both ends of the supported range.
+RELEASES = ["newest", "oldest"]
+
+
+def newest_and_oldest(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, *, rbac: bool
+) -> Iterator[ControlPlane]:
+    """The newest Kubernetes the chart claims (the session's control plane) or the oldest, 1.30, whose CEL
+    environment is older: a policy that does not compile there refuses every write it matches. With
+    ``rbac``, rbac/ applied as the session's `kube` fixture does (applying again changes nothing)."""
+    if request.param == "newest":
+        session: ControlPlane = request.getfixturevalue("kube_session")
+        if rbac:
+            apply_rbac(session)
+        yield session
+        return
+    with ControlPlane(tmp_path_factory.mktemp("oldest"), OLDEST_BINARIES) as plane:
+        if rbac:
+            apply_rbac(plane)
+        yield plane
 
 
 @pytest.fixture(scope="session")

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from nfd_lite.reconciler import OWNED_ANNOTATION
-from tests.kube.controlplane import OLDEST_BINARIES, ApiResponse, ControlPlane
-from tests.kube.fixtures import RBAC_DIR, apply_rbac
+from tests.kube.controlplane import ApiResponse, ControlPlane
+from tests.kube.fixtures import RBAC_DIR, RELEASES, newest_and_oldest
 from tests.kube.helm import type_check_warnings
 
 POLICY = "ValidatingAdmissionPolicy 'gpu-labeller-nfd-lite'"
@@ -25,18 +25,11 @@ def refused(answer: ApiResponse, words: str) -> bool:
     return answer.status == 403 and POLICY in answer.message and words in answer.message
 
 
-@pytest.fixture(scope="module", params=["newest", "oldest"])
+@pytest.fixture(scope="module", params=RELEASES)
 def kube(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     """Every rule on the newest Kubernetes the chart claims (the session's control plane) and on the oldest,
     1.30, whose CEL environment is older: a policy that does not compile there refuses every write."""
-    if request.param == "newest":
-        session: ControlPlane = request.getfixturevalue("kube_session")
-        apply_rbac(session)  # as the session's `kube` fixture does; applying again changes nothing
-        yield session
-        return
-    with ControlPlane(tmp_path_factory.mktemp("oldest"), OLDEST_BINARIES) as plane:
-        apply_rbac(plane)
-        yield plane
+    yield from newest_and_oldest(request, tmp_path_factory, rbac=True)
 
 
 def test_the_policy_type_checks_without_warnings(kube: ControlPlane) -> None:

@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from tests.deploy.chart import by_kind, documents, render
-from tests.kube.controlplane import OLDEST_BINARIES, ApiResponse, ControlPlane
-from tests.kube.fixtures import RBAC_DIR
+from tests.kube.controlplane import ApiResponse, ControlPlane
+from tests.kube.fixtures import RBAC_DIR, RELEASES, newest_and_oldest
 from tests.kube.helm import TOOLS, type_check_warnings
 from tests.node.pki import Pair
 
@@ -30,14 +30,10 @@ KEY = "resource.kubernetes.io/admin-access"
 EDITOR_ROLE = "test-namespace-editor"
 
 
-@pytest.fixture(scope="module", params=["newest", "oldest"])
+@pytest.fixture(scope="module", params=RELEASES)
 def kube(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     """The newest Kubernetes the chart claims (the session's control plane) and the oldest, 1.30."""
-    if request.param == "newest":
-        yield request.getfixturevalue("kube_session")
-        return
-    with ControlPlane(tmp_path_factory.mktemp("oldest"), OLDEST_BINARIES) as plane:
-        yield plane
+    yield from newest_and_oldest(request, tmp_path_factory, rbac=False)
 
 
 def namespace(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:

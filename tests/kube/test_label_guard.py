@@ -21,8 +21,8 @@ import pytest
 import yaml
 
 from nfd_lite.reconciler import OWNED_ANNOTATION
-from tests.kube.controlplane import OLDEST_BINARIES, ROOT, ApiResponse, ControlPlane
-from tests.kube.fixtures import RBAC_DIR, apply_rbac
+from tests.kube.controlplane import ROOT, ApiResponse, ControlPlane
+from tests.kube.fixtures import RBAC_DIR, RELEASES, newest_and_oldest
 from tests.kube.helm import type_check_warnings
 from tests.kube.writer import ThreadWriter, eventually
 from tests.node.pki import Pair
@@ -95,18 +95,11 @@ class Guard:
         self.actions = None
 
 
-@pytest.fixture(scope="module", params=["newest", "oldest"])
+@pytest.fixture(scope="module", params=RELEASES)
 def kube(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     """The newest Kubernetes the chart claims (the session's control plane) and the oldest, 1.30, whose CEL
     environment is older: a policy that does not compile there refuses every write it matches."""
-    if request.param == "newest":
-        session: ControlPlane = request.getfixturevalue("kube_session")
-        apply_rbac(session)  # as the session's `kube` fixture does; applying again changes nothing
-        yield session
-        return
-    with ControlPlane(tmp_path_factory.mktemp("oldest"), OLDEST_BINARIES) as plane:
-        apply_rbac(plane)
-        yield plane
+    yield from newest_and_oldest(request, tmp_path_factory, rbac=True)
 
 
 @pytest.fixture(scope="module")
