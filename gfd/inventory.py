@@ -42,6 +42,9 @@ class Device:
     uuid: str | None = None
     memory_mib: int | None = None  # None where the driver does not report it (Jetson NVML)
     compute_capability: tuple[int, int] | None = None
+    # NVML's nvmlDeviceArchitecture_t (9 Hopper, 10 Blackwell, 13 Rubin); None where the backend or the
+    # driver does not say. It names the family where the compute capability no longer does (Rubin is 10.7).
+    architecture: int | None = None
     pci_class: int | None = None  # 24-bit PCI class code, e.g. 0x030200 (3D controller)
     pci_bus_id: str | None = None
     mig_capable: bool = False

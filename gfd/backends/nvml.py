@@ -257,6 +257,7 @@ class _Probe:
             uuid=uuid,
             memory_mib=total_bytes // decoding.MIB if total_bytes is not None else None,
             compute_capability=static.compute_capability,
+            architecture=static.architecture,
             pci_class=static.pci_class,
             pci_bus_id=bus_id,
             mig_capable=mig_capable,
@@ -283,6 +284,7 @@ class _Probe:
             vgpu=self._vgpu(i, sysfs_dir) if self.backend.with_vgpu else None,
             vgpu_guest=self._vgpu_guest(i, h),
             minor=self._minor(h),
+            architecture=self._architecture(h),
             warnings=tuple(self.warnings[said:]),
         )
 
@@ -459,6 +461,13 @@ class _Probe:
         # No label needs it (gfd doctor checks the device file by it), so no failure and no warning.
         with contextlib.suppress(self.nvml.NVMLError):
             return int(self.nvml.nvmlDeviceGetMinorNumber(h))
+        return None
+
+    def _architecture(self, h: Any) -> int | None:
+        # Only gpu.family reads it, and the compute capability stands in where the driver has no answer
+        # (before R460, or a GPU newer than it): no failure and no warning.
+        with contextlib.suppress(self.nvml.NVMLError):
+            return int(self.nvml.nvmlDeviceGetArchitecture(h))
         return None
 
     def _vgpu_guest(self, i: int, h: Any) -> bool | None:

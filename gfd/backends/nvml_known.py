@@ -71,6 +71,7 @@ class StaticGpu:
     vgpu: VGpuInfo | None
     vgpu_guest: bool | None
     minor: int | None
+    architecture: int | None = None  # NVML's answer; None: the driver gave none
     warnings: tuple[str, ...] = ()
 
 

@@ -40,16 +40,66 @@ def labels(*devices: Device) -> dict[str, str]:
         ((8, 7), "ampere"),
         ((8, 9), "ada-lovelace"),
         ((9, 0), "hopper"),
-        ((10, 0), "blackwell"),
+        ((10, 0), "blackwell"),  # B200, GB200
+        ((10, 3), "blackwell"),  # B300, GB300 (Blackwell Ultra)
+        ((10, 7), "rubin"),  # Vera Rubin, sm_107 from CUDA 13.4; NVIDIA's GFD says "blackwell"
         ((11, 0), "blackwell"),  # Jetson Thor under CUDA 13; NVIDIA says "undefined"
-        ((12, 0), "blackwell"),
-        ((13, 0), "rubin"),  # as NVIDIA's v0.20.0 (v0.19.3 said "undefined")
-        ((4, 0), "undefined"),
-        ((14, 0), "undefined"),
+        ((12, 0), "blackwell"),  # RTX 50, RTX PRO Blackwell
+        ((12, 1), "blackwell"),  # GB10 (DGX Spark)
+        ((4, 0), None),
+        ((10, 5), None),  # a minor of 10 no GPU has reported: not guessed from the major
+        ((13, 0), None),  # 13 is NVML's architecture number for Rubin, not a compute capability
+        ((14, 0), None),
     ],
 )
-def test_family_by_compute_capability(cc: tuple[int, int], expected: str) -> None:
+def test_family_by_compute_capability(cc: tuple[int, int], expected: str | None) -> None:
     assert family(*cc) == expected
+
+
+def test_a_rubin_gpu_is_rubin_by_its_compute_capability_alone() -> None:
+    got = build_labels(
+        Inventory(backend="mock", devices=(gpu(0, "NVIDIA Graphics Device", compute_capability=(10, 7)),)),
+        LabelOptions(),
+    )
+    assert got.labels["nvidia.com/gpu.family"] == "rubin"
+    assert got.warnings == ()
+
+
+@pytest.mark.parametrize(
+    ("architecture", "cc", "expected"),
+    [
+        (13, (10, 7), "rubin"),  # NVML_DEVICE_ARCH_RUBIN
+        (10, (10, 3), "blackwell"),
+        (9, (9, 0), "hopper"),
+        (13, (14, 2), "rubin"),  # NVML knows a capability the table does not: no warning either
+        (0xFFFFFFFF, (10, 7), "rubin"),  # NVML_DEVICE_ARCH_UNKNOWN: the table stands in
+        (12, (12, 0), "blackwell"),  # 12 is a DLA engine's number, never a GPU's: the table stands in
+    ],
+)
+def test_nvmls_architecture_names_the_family_before_the_table(
+    architecture: int, cc: tuple[int, int], expected: str
+) -> None:
+    device = gpu(0, "NVIDIA Graphics Device", compute_capability=cc, architecture=architecture)
+    got = build_labels(Inventory(backend="nvml", devices=(device,)), LabelOptions())
+    assert got.labels["nvidia.com/gpu.family"] == expected
+    assert got.warnings == ()
+
+
+def test_a_capability_newer_than_the_table_is_undefined_with_one_warning_and_every_other_label() -> None:
+    device = gpu(0, "NVIDIA Graphics Device", memory_mib=300000, compute_capability=(14, 0))
+    known = build_labels(
+        Inventory(backend="nvml", devices=(gpu(0, "NVIDIA Graphics Device", memory_mib=300000),)),
+        LabelOptions(),
+    )
+    got = build_labels(Inventory(backend="nvml", devices=(device,)), LabelOptions())
+    assert got.labels["nvidia.com/gpu.family"] == "undefined"
+    assert (got.labels["nvidia.com/gpu.compute.major"], got.labels["nvidia.com/gpu.compute.minor"]) == (
+        "14",
+        "0",
+    )
+    assert set(got.labels) == set(known.labels)
+    (warning,) = got.warnings
+    assert "14.0" in warning and "newer gpu-labeller" in warning and "\n" not in warning
 
 
 def test_single_gpu_labels() -> None:
