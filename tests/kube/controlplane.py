@@ -16,6 +16,7 @@ import ctypes
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -60,6 +61,10 @@ def free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
+
+
+# The lines of a Go program's log that say why it died.
+_FATAL = re.compile(r"(fatal error: |panic: |SIG[A-Z]+: |F\d{4} )")
 
 
 def _tail(path: Path, lines: int = 30) -> str:
@@ -356,6 +361,26 @@ class ControlPlane:
                 return ApiResponse(response.status, response.read(), response.headers.get_all("Warning"))
         except urllib.error.HTTPError as err:
             return ApiResponse(err.code, err.read(), err.headers.get_all("Warning"))
+        except OSError:
+            self._raise_if_apiserver_died(f"{method} {path}")
+            raise
+
+    def _raise_if_apiserver_died(self, during: str) -> None:
+        """A refused or dropped connection is most often the server's own death (a Go fatal error is not a
+        panic the server recovers from): say so with its exit status and the lines that tell why, rather
+        than leave a bare ConnectionRefused for every later test to repeat."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.apiserver.wait(2)
+        if self.apiserver.returncode is None:
+            return
+        log = self.logs / "kube-apiserver.log"
+        lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+        first = next((i for i, line in enumerate(lines) if _FATAL.match(line)), None)
+        why = lines[first : first + 25] if first is not None else lines[-30:]
+        raise ControlPlaneError(
+            f"kube-apiserver ({self.binaries.name}) exited with {self.apiserver.returncode} during {during}; "
+            f"its log is {log}:\n" + "\n".join(why)
+        )
 
     def must(self, method: str, path: str, body: Any = None, **kwargs: Any) -> Any:
         response = self.request(method, path, body, **kwargs)
