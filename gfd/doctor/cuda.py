@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gfd.doctor.cuda_table import CudaVersion, load_table, show_cuda, verdict
+from gfd.doctor.cuda_table import CudaVersion, load_table, parse_driver, show_cuda, verdict
 from gfd.doctor.model import Context, Finding
 from gfd.inventory import cuda_version_parts
 
@@ -31,6 +31,7 @@ def check_driver(ctx: Context) -> list[Finding]:
     except ValueError:
         return [Finding("WARN", f"cannot read driver version {driver!r}, so CUDA support cannot be judged")]
     source = "as the driver reports" if reported else "from the CUDA release table"
+    newer = _newer_than_table(driver, reported)
     if highest is None:
         return [
             Finding(
@@ -44,8 +45,24 @@ def check_driver(ctx: Context) -> list[Finding]:
     if compat_major:
         base += f"; any {highest[0]}.x image runs via minor-version compatibility"
     if ctx.cuda is None:
+        if newer:
+            return [Finding("WARN", f"{base}; {newer}", "pass --cuda X.Y to check a particular image")]
         return [Finding("PASS", base + "; pass --cuda X.Y to check a particular image")]
     return [_image(ctx.cuda, driver, highest, reported, base)]
+
+
+def _newer_than_table(driver: str, reported: CudaVersion | None) -> str | None:
+    """What the node reports that the table does not know yet (its CUDA, else its driver), in one line."""
+    table = load_table()
+    if reported is not None:
+        return (
+            None
+            if table.knows(reported)
+            else table.unknown_note(f"the CUDA {show_cuda(reported)} it reports")
+        )
+    if parse_driver(driver) > table.newest_driver:
+        return table.unknown_note(f"driver {driver}") + " (the highest CUDA it supports may be higher)"
+    return None
 
 
 def _image(
@@ -55,30 +72,36 @@ def _image(
     v = verdict(table, driver, cuda, reported)
     want = show_cuda(cuda)
     fwd = FORWARD_COMPAT.format(major=cuda[0], minor=cuda[1])
+    # Where the table has no toolkit driver (13.4 on, or a release newer than it), only a driver that reports
+    # the release itself is known to run all of its features.
+    full_need = (
+        f">= {v.needed}" if v.needed else f"a driver that reports CUDA >= {want} (`nvidia-smi` top right)"
+    )
+    unknown = "" if table.knows(cuda) else "; " + table.unknown_note(f"CUDA {want}")
     if v.kind == "full":
         return Finding("PASS", f"a CUDA {want} image runs here with all features; {base}")
     if v.kind == "minor-compat":
-        need = f" (all of {want}'s features need >= {v.needed})" if v.needed else ""
         return Finding(
             "WARN",
-            f"a CUDA {want} image runs through minor-version compatibility on driver {driver}{need}: "
-            "PTX newer than the driver cannot be JIT-compiled and the newest APIs are missing",
-            f"for the full feature set upgrade the driver{f' to >= {v.needed}' if v.needed else ''}; {fwd}",
+            f"a CUDA {want} image runs through minor-version compatibility on driver {driver} (all of "
+            f"{want}'s features need {full_need}): PTX newer than the driver cannot be JIT-compiled and the "
+            f"newest APIs are missing{unknown}",
+            f"for the full feature set upgrade the driver to {full_need}; {fwd}",
         )
     if v.kind == "unknown":
         return Finding(
             "WARN",
-            f"CUDA {want} is not in the release table; {base}",
-            f"an image needs a driver that reports CUDA >= {want} (`nvidia-smi` top right)",
+            f"CUDA {want} is not in the release table; {base}{unknown}",
+            f"an image needs {full_need}",
         )
     floor = v.compat_min or v.needed
     return Finding(
         "FAIL",
         f"a CUDA {want} image will not run: it needs driver >= {floor}, this host has {driver} "
         f"(highest CUDA here: {show_cuda(highest)}); the error in the pod is usually "
-        "'CUDA driver version is insufficient for CUDA runtime version'",
-        f"upgrade the driver to >= {v.needed or floor}, or build the image with CUDA <= "
-        f"{show_cuda(highest)}; " + fwd,
+        f"'CUDA driver version is insufficient for CUDA runtime version'{unknown}",
+        f"upgrade the driver to >= {v.needed or floor} (all of {want}'s features need {full_need}), or build "
+        f"the image with CUDA <= {show_cuda(highest)}; " + fwd,
     )
 
 

@@ -40,6 +40,23 @@ def show_cuda(v: CudaVersion) -> str:
 class CudaTable:
     toolkit_driver: dict[CudaVersion, str]  # CUDA X.Y -> driver for the full feature set
     minor_compat: dict[int, str]  # CUDA major -> minimum driver for minor-version compatibility
+    known_up_to: CudaVersion = (13, 5)  # the newest release the table knows (some without a toolkit driver)
+    checked: str = ""  # when the table was last checked against NVIDIA's release notes (YYYY-MM-DD)
+
+    def knows(self, cuda: CudaVersion) -> bool:
+        """Whether ``cuda`` is a release this table was written after, rather than one newer than it."""
+        return cuda <= self.known_up_to
+
+    @property
+    def newest_driver(self) -> DriverVersion:
+        return max(parse_driver(need) for need in self.toolkit_driver.values())
+
+    def unknown_note(self, what: str) -> str:
+        """One line saying ``what`` is newer than this table, and where to look."""
+        return (
+            f"{what} is newer than gfd's CUDA table (known up to CUDA {show_cuda(self.known_up_to)}, checked "
+            f"{self.checked}); a newer gpu-labeller may know it"
+        )
 
     def highest_supported(self, driver: str) -> CudaVersion | None:
         """The newest CUDA release whose full feature set this driver supports (by the table)."""
@@ -84,4 +101,10 @@ def load_table() -> CudaTable:
     compat = {int(k): str(v["min_driver"]) for k, v in data["minor_compatibility"].items()}
     for need in [*releases.values(), *compat.values()]:
         parse_driver(need)  # a typo in the data file fails loudly in the tests
-    return CudaTable(releases, compat)
+    return CudaTable(releases, compat, parse_cuda(str(data["known_up_to"])), str(data["checked"]))
+
+
+def releases_without_toolkit_driver() -> list[CudaVersion]:
+    """The known releases whose toolkit driver is not in the table (see the data file)."""
+    text = resources.files("gfd").joinpath("data/cuda_drivers.yaml").read_text(encoding="utf-8")
+    return [parse_cuda(str(v)) for v in yaml.safe_load(text)["without_toolkit_driver"]]

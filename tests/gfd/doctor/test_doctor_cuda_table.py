@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from gfd.doctor.cuda_table import load_table, parse_cuda, parse_driver, verdict
+from gfd.doctor.cuda_table import (
+    load_table,
+    parse_cuda,
+    parse_driver,
+    releases_without_toolkit_driver,
+    verdict,
+)
 
 # (driver, CUDA of the image, expected kind)
 KNOWN = [
@@ -28,6 +36,10 @@ KNOWN = [
     ("580.95.05", "13.2", "minor-compat"),
     ("580.65.06", "12.9", "full"),  # newer drivers run older CUDA
     ("610.43.02", "13.3", "full"),
+    ("610.43.02", "13.4", "minor-compat"),  # 13.4 and 13.5: no toolkit driver row, the R580 floor applies
+    ("580.65.06", "13.5", "minor-compat"),
+    ("580.65.05", "13.5", "too-old"),
+    ("570.124.06", "13.4", "too-old"),
     ("550.54.15", "10.2", "unknown"),  # before CUDA 11: not in the table
 ]
 
@@ -43,6 +55,14 @@ def test_table_covers_every_minor_release_from_11_0_to_13_3():
     expected += [(13, m) for m in range(4)]
     assert sorted(table.toolkit_driver) == expected
     assert table.minor_compat == {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
+
+
+def test_the_table_knows_cuda_13_4_and_13_5_without_a_toolkit_driver_and_nothing_newer():
+    table = load_table()
+    assert releases_without_toolkit_driver() == [(13, 4), (13, 5)]
+    assert not set(releases_without_toolkit_driver()) & set(table.toolkit_driver)
+    assert table.known_up_to == (13, 5) and table.knows((13, 5)) and not table.knows((13, 6))
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", table.checked)
 
 
 def test_table_is_monotonic():
