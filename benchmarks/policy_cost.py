@@ -110,6 +110,7 @@ def apply_rbac(kube: ControlPlane, policy: PolicyFile) -> None:
     files = [f for f in sorted(RBAC_DIR.glob("*.yaml")) if f.name != SHIPPED_POLICY.name] + [policy.path]
     for file in files:
         kube.kubectl("apply", "--server-side", "--field-manager=gpu-labeller-tests", "-f", str(file))
+    kube.settle_policies()
 
 
 # ---- the Node, as a cluster has it ------------------------------------------------------------------

@@ -257,6 +257,15 @@ class ControlPlane:
                 events.append(event)
         return events
 
+    def settle_policies(self) -> None:
+        """Call after changing an admission policy or binding, before requests it evaluates. The server
+        recompiles changed policies in a loop that runs each second (policy_source.go); a compile while a
+        request evaluates a policy of the same kind is reported to kill the server with a Go fatal error
+        (kubernetes/kubernetes#135757), and a 1.30.14 server died once here right after such a change. Two
+        seconds is two turns of that loop, so the compile is done before the first request that could race
+        with it; every test still waits for the change to be enforced by probing."""
+        time.sleep(2)
+
     def restart_apiserver(self) -> None:
         """Kill kube-apiserver and start it again on the same port and etcd, as a crash or an upgrade
         does: open watches break, and its watch cache starts afresh at the current resourceVersion."""

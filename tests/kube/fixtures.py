@@ -22,6 +22,7 @@ def apply_rbac(kube: ControlPlane) -> None:
     enforced (the server loads a new policy asynchronously)."""
     kube.ensure_namespace("gpu-labeller")  # as the README: the namespace first, then rbac/
     kube.kubectl("apply", "--server-side", "--field-manager=gpu-labeller-tests", "-f", str(RBAC_DIR))
+    kube.settle_policies()
     probe = "policy-probe"
     if kube.request("GET", f"/api/v1/nodes/{probe}").status == 404:
         kube.create_node(probe)

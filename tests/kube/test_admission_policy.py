@@ -417,6 +417,7 @@ def prefixes_narrowed(kube: ControlPlane, node: str, token: str) -> Iterator[Non
         kube.kubectl(
             "apply", "--server-side", "--field-manager=gpu-labeller-tests", "-f", "-", stdin=manifest
         )
+        kube.settle_policies()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             answer = kube.request(

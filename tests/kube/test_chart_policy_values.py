@@ -43,6 +43,7 @@ def test_a_quote_in_allow_prefixes_cannot_widen_the_policy(
     path.write_text(yaml.safe_dump_all(objects))
     plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
     plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=yaml.safe_dump_all(binding))
+    plane.settle_policies()
     node = f"gpu-{os.urandom(4).hex()}"
     plane.create_node(node, {"kubernetes.io/hostname": node})
     token = plane.pod_token(node)

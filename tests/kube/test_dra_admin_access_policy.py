@@ -45,6 +45,7 @@ def apply(kube: ControlPlane, docs: list[dict[str, Any]]) -> None:
         "apply", "--server-side", "--force-conflicts", "--field-manager=gpu-labeller-tests", "-f", "-",
         stdin=yaml.safe_dump_all(docs),
     )  # fmt: skip
+    kube.settle_policies()
 
 
 class Policy:

@@ -82,6 +82,7 @@ class Guard:
             "apply", "--server-side", "--force-conflicts", "--field-manager=gpu-labeller-tests", "-f", "-",
             stdin=yaml.safe_dump_all(docs),
         )  # fmt: skip
+        self.kube.settle_policies()
         if "Deny" in actions:
             self._wait(lambda a: a.status == 403 and POLICY in a.message, "denying")
         else:

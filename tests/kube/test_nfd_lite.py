@@ -409,6 +409,7 @@ def _apply(kube: ControlPlane, *documents: dict[str, Any]) -> None:
         "-",
         stdin=text,
     )
+    kube.settle_policies()
 
 
 def _dry_run(kube: ControlPlane, node: str, patch: dict[str, Any], token: str) -> ApiResponse:
