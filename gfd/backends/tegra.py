@@ -118,6 +118,15 @@ def jetpack_table() -> dict[str, str]:
     return {str(k): str(v) for k, v in doc["l4t_to_jetpack"].items()}
 
 
+@lru_cache(maxsize=1)
+def jetpack_checked() -> str:
+    """When the L4T table was last compared with NVIDIA's pages (its ``checked`` date)."""
+    import yaml
+
+    text = resources.files("gfd").joinpath("data/l4t_jetpack.yaml").read_text(encoding="utf-8")
+    return str(yaml.safe_load(text)["checked"])
+
+
 def jetpack_for_l4t(l4t_version: str) -> str | None:
     return jetpack_table().get(l4t_version)
 
@@ -190,11 +199,21 @@ def _read_l4t(root: Path, warnings: list[str]) -> tuple[str | None, str | None]:
         return None, None
     jetpack = jetpack_for_l4t(l4t)
     if jetpack is None:
+        newest = max(jetpack_table(), key=_release)
+        newer = (
+            f"newer than the L4T-to-JetPack table (known up to L4T {newest}, checked {jetpack_checked()}; "
+            "a newer gpu-labeller may know it)"
+            if _release(l4t) > _release(newest)
+            else "not in the L4T-to-JetPack table (gfd/data/l4t_jetpack.yaml)"
+        )
         warnings.append(
-            f"L4T {l4t} is not in the L4T-to-JetPack table (gfd/data/l4t_jetpack.yaml): "
-            "JetPack version unknown, the other Jetson labels are still written"
+            f"L4T {l4t} is {newer}: JetPack version unknown, the other Jetson labels are still written"
         )
     return l4t, jetpack
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split(".") if part.isdigit())
 
 
 def _read_cuda(root: Path) -> int | None:

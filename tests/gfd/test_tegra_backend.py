@@ -165,20 +165,45 @@ def test_thor_releases_have_their_jetpack(tmp_path: Path, revision: str, l4t: st
     )
 
 
+@pytest.mark.parametrize(
+    ("fixture", "release", "l4t", "jetpack"),
+    [
+        ("orin-nano-r36", "# R39 (release), REVISION: 2.0", "39.2.0", "7.2"),  # JetPack 7.2 runs on Orin too
+        ("thor-r38", "# R39 (release), REVISION: 2.1", "39.2.1", "7.2.1"),
+        ("orin-nano-r36", "# R39 (release), REVISION: 2.1", "39.2.1", "7.2.1"),
+        ("thor-r38", "# R39 (release), REVISION: 2.0", "39.2.0", "7.2"),
+    ],
+)
+def test_jetpack_7_2_trees_have_their_jetpack(
+    tmp_path: Path, fixture: str, release: str, l4t: str, jetpack: str
+) -> None:
+    root = copy_fixture(fixture, tmp_path)
+    text = (root / "etc/nv_tegra_release").read_text()
+    write(root, "etc/nv_tegra_release", re.sub(r"^# R\d+ \(release\), REVISION: [\d.]+", release, text))
+    inv = TegraBackend(root).probe()
+    labels = build_labels(inv, LabelOptions()).labels
+    assert (labels["nvidia.com/jetson.l4t-version"], labels["nvidia.com/jetson.jetpack-version"]) == (
+        l4t,
+        jetpack,
+    )
+    assert not [w for w in inv.warnings if "L4T" in w]
+
+
 def test_a_release_newer_than_the_table_keeps_its_l4t_label_and_says_so_in_one_line(tmp_path: Path) -> None:
     root = copy_fixture("thor-r38", tmp_path)
     release = (
         (root / "etc/nv_tegra_release")
         .read_text()
-        .replace("# R38 (release), REVISION: 2.0", "# R39 (release), REVISION: 2.0")
+        .replace("# R38 (release), REVISION: 2.0", "# R40 (release), REVISION: 1.0")
     )
     write(root, "etc/nv_tegra_release", release)
     inv = TegraBackend(root).probe()
     labels = build_labels(inv, LabelOptions()).labels
-    assert labels["nvidia.com/jetson.l4t-version"] == "39.2.0"
+    assert labels["nvidia.com/jetson.l4t-version"] == "40.1.0"
     assert "nvidia.com/jetson.jetpack-version" not in labels  # never a guessed JetPack
-    (note,) = [w for w in inv.warnings if "39.2.0" in w]
+    (note,) = [w for w in inv.warnings if "40.1.0" in w]
     assert "\n" not in note and "JetPack version unknown" in note
+    assert "known up to L4T 39.2.1" in note and "a newer gpu-labeller may know it" in note
 
 
 def test_unreadable_files_are_warnings_not_failures(tmp_path: Path) -> None:
@@ -311,6 +336,8 @@ def test_jetpack_table_holds_exact_releases_of_every_supported_line() -> None:
         "36.4.4": "6.2.1",
         "38.2.0": "7.0",
         "38.4.0": "7.1",
+        "39.2.0": "7.2",
+        "39.2.1": "7.2.1",
     }
     assert {key: table[key] for key in expected} == expected
 
