@@ -57,9 +57,46 @@ def check(name: str, text: str) -> None:
 
 
 def test_the_shipped_profiles_are_all_covered() -> None:
-    assert {"rtx4090-gaming-pc", "t4-cloud", "dgx-a100-mig", "h100", "jetson-orin-nano"} <= set(
-        profile_names()
-    )
+    assert {
+        "rtx4090-gaming-pc",
+        "t4-cloud",
+        "dgx-a100-mig",
+        "h100",
+        "jetson-orin-nano",
+        *NEW_HARDWARE,
+    } <= set(profile_names())
+
+
+# The racks of 2025-2026, each from NVIDIA's own capture (sources at the top of each profile): the facts a
+# selector on them depends on, under every MIG strategy.
+NEW_HARDWARE = {
+    "gb200-nvl72-tray": ("NVIDIA-GB200", "blackwell", "10", "0", "00000001-0000-0000-0000-000000000001.2"),
+    "gb300-nvl72-tray": (
+        "NVIDIA-GB300",
+        "blackwell",
+        "10",
+        "3",
+        "00000001-0000-0000-0000-000000000001.32766",
+    ),
+    "vr200-nvl-tray": (
+        "NVIDIA-Graphics-Device",
+        "rubin",
+        "10",
+        "7",
+        "00000000-0000-0000-0000-000000000001.32766",
+    ),
+}
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("profile", list(NEW_HARDWARE))
+def test_the_racks_of_2026_get_their_family_and_clique(profile: str, strategy: str) -> None:
+    inv = load_machine_profile(PROFILES / f"{profile}.yaml").to_inventory()
+    got = build_labels(inv, LabelOptions(mig_strategy=strategy))  # type: ignore[arg-type]
+    keys = ("product", "family", "compute.major", "compute.minor", "clique")
+    assert tuple(got.labels[f"nvidia.com/gpu.{k}"] for k in keys) == NEW_HARDWARE[profile]
+    assert got.labels["nvidia.com/gpu.count"] == "4"
+    assert got.warnings == ()
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
