@@ -264,3 +264,20 @@ def test_nvidias_family_table_differs_from_ours_only_where_documented(tmp_path: 
         )
         line = compared[compared.index(said) :].split(";")[0]
         assert f"`{mine}` here" in line and f"`{theirs}`" in line
+
+
+# An NVL72 compute tray as the go-nvml mock can make one: its B200 machine cut to a tray's four GPUs, in the
+# clique of profiles/gb200-nvl72-tray.yaml (NVIDIA's GB200 capture); no mock machine has GB200, GB300 or
+# Rubin GPUs themselves.
+TRAY_CLIQUE = "00000001-0000-0000-0000-000000000001.2"
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_an_nvl72_tray_equals_nvidias(tmp_path: Path, strategy: str) -> None:
+    peers.require()
+    env = peers.mock_env("dgxb200", gpus=4) | {"MOCK_NVML_FABRIC": TRAY_CLIQUE}
+    flags = [f"--mig-strategy={strategy}", f"--machine-type-file={tmp_path / 'absent'}"]
+    theirs, ours = _theirs(env, flags, tmp_path), _ours(env, flags)
+    assert (theirs.code, ours.code) == (0, 0), ours.stderr
+    assert ours.labels["nvidia.com/gpu.clique"] == TRAY_CLIQUE and ours.labels["nvidia.com/gpu.count"] == "4"
+    assert _without_extras(ours.labels) == _documented(theirs.labels)
