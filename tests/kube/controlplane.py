@@ -258,13 +258,13 @@ class ControlPlane:
         return events
 
     def settle_policies(self) -> None:
-        """Call after changing an admission policy or binding, before requests it evaluates. The server
-        recompiles changed policies in a loop that runs each second (policy_source.go); a compile while a
-        request evaluates a policy of the same kind is reported to kill the server with a Go fatal error
-        (kubernetes/kubernetes#135757), and a 1.30.14 server died once here right after such a change. Two
-        seconds is two turns of that loop, so the compile is done before the first request that could race
-        with it; every test still waits for the change to be enforced by probing."""
-        time.sleep(2)
+        """Call after changing an admission policy or binding, before the writer's token sends a request the
+        policy evaluates. Below 1.37 kube-apiserver dies with a Go fatal error when a writer's request is
+        evaluated while it compiles a changed policy (docs/deploy.md, "Changing the admission policy before
+        Kubernetes 1.37"); it recompiles in a loop that runs each second, so three seconds let it finish
+        first, as the documented pause does for a cluster. Every test still waits for the change to be
+        enforced by probing."""
+        time.sleep(3)
 
     def restart_apiserver(self) -> None:
         """Kill kube-apiserver and start it again on the same port and etcd, as a crash or an upgrade
