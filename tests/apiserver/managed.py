@@ -70,9 +70,27 @@ def _diff(old: dict[str, Any], new: dict[str, Any], field: str) -> tuple[set[str
     return changed, set(before) - set(after)
 
 
+def supplied(entries: Any) -> bool:
+    """Whether a write's own managedFields replace the live ones, as the real server decides it
+    (fieldmanager's decodeLiveOrNew): a non-empty list of entries it can decode. Anything else, and a write
+    that leaves them as they were, keeps the live entries."""
+    return (
+        isinstance(entries, list)
+        and bool(entries)
+        and all(
+            isinstance(e, dict)
+            and isinstance(e.get("manager"), str)
+            and e.get("operation") in ("Apply", "Update")
+            and isinstance(e.get("fieldsV1", {}), dict)
+            for e in entries
+        )
+    )
+
+
 def record_update(old: dict[str, Any], new: dict[str, Any], manager: str) -> None:
-    """An Update (any non-apply write) takes ownership of what it changed, from every other manager."""
-    entries = _entries(old)
+    """An Update (any non-apply write) takes ownership of what it changed, from every other manager. The
+    entries it starts from are ``new``'s: the live ones, or those the write supplied (``supplied``)."""
+    entries = _entries(new)
     gained: Owned = {f: set() for f in TRACKED}
     for field in TRACKED:
         changed, removed = _diff(old, new, field)

@@ -11,7 +11,7 @@ import yaml
 from tests.apiserver.admission import Request
 from tests.apiserver.auth import UserInfo
 from tests.apiserver.labelrules import metadata_errors
-from tests.apiserver.managed import apply, record_update
+from tests.apiserver.managed import apply, record_update, supplied
 from tests.apiserver.objects import clone
 from tests.apiserver.patches import json_patch, merge_patch, strategic_merge_patch
 from tests.apiserver.selectors import field_selector, label_selector
@@ -160,9 +160,12 @@ def _finish(
     else:
         new["status"] = clone(current.get("status", {}))
     if update_manager is not None:
-        new["metadata"]["managedFields"] = clone(current["metadata"].get("managedFields"))
-        if new["metadata"]["managedFields"] is None:
-            del new["metadata"]["managedFields"]
+        # A write to the main resource may set managedFields itself, as on the real server (and only the
+        # admission policy stops the writer doing so); a subresource write never does.
+        if subresource or not supplied(new["metadata"].get("managedFields")):
+            new["metadata"]["managedFields"] = clone(current["metadata"].get("managedFields"))
+            if new["metadata"]["managedFields"] is None:
+                del new["metadata"]["managedFields"]
         record_update(current, new, update_manager)
     _validate(kind, new)
     req = Request(

@@ -45,7 +45,7 @@ from tests.apiserver.auth import Rbac, Tokens
 from tests.apiserver.faults import Fault, Faults
 from tests.apiserver.handler import Handler, RequestRecord
 from tests.apiserver.identities import Identities
-from tests.apiserver.managed import record_update
+from tests.apiserver.managed import record_update, supplied
 from tests.apiserver.patches import merge_patch
 from tests.apiserver.store import Store
 from tests.apiserver.tls import make_certificate, server_context
@@ -219,6 +219,8 @@ class FakeApiServer(Identities):
         with self.store.cond:
             current = self.get_node(name)
             new = merge_patch(current, patch)
+            if not supplied(new["metadata"].get("managedFields")):
+                new["metadata"]["managedFields"] = current["metadata"].get("managedFields")
             record_update(current, new, manager)
             return self.store.replace("nodes", current, new)
 

@@ -1,13 +1,16 @@
 """The start-up check that the admission policy is enforced, against the fake server evaluating rbac/'s
 policy (or a changed copy): passed only when the policy of the expected name refuses each dry-run probe,
-failed naming each property admitted or refused by another policy, never passed by an RBAC refusal, and no
-probe ever stored. The same on the real kube-apiserver: tests/kube/test_nfd_lite.py."""
+failed naming each property admitted or refused by another policy, never passed by an RBAC refusal or by an
+older policy of the right name, and no probe ever stored. The same on the real kube-apiserver:
+tests/kube/test_nfd_lite.py and tests/kube/test_selfcheck_live.py; the check repeated while the writer
+runs: tests/nfd_lite/test_admission_recheck.py."""
 
 from __future__ import annotations
 
+import copy
 import logging
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +18,11 @@ import pytest
 import yaml
 
 from nfd_lite.apierrors import AdmissionRefused, Forbidden
+from nfd_lite.client import NodeApi
+from nfd_lite.kubeconfig import kubeconfig_connection
 from nfd_lite.policy import Policy
 from nfd_lite.selfcheck import (
+    MANAGED_FIELDS,
     OTHER_NODES,
     POLICY_ENV,
     RESERVED_LABELS,
@@ -27,7 +33,14 @@ from nfd_lite.selfcheck import (
 from tests.apiserver.server import REPO_RBAC, FakeApiServer
 from tests.nfd_lite.harness import NODE, OTHER_NODE, node_api
 
-PROPERTIES = (OTHER_NODES, RESERVED_LABELS, TAINTS)
+PROPERTIES = (OTHER_NODES, RESERVED_LABELS, TAINTS, MANAGED_FIELDS)
+# rbac/admission-policy.yaml as it was before its managedFields rules (the same name, an older version).
+WITHOUT_MANAGED_FIELDS = (
+    Path(__file__).resolve().parents[1]
+    / "fixtures"
+    / "policies"
+    / "admission-policy-without-managed-fields.yaml"
+)
 
 
 def versions(server: FakeApiServer) -> dict[str, str]:
@@ -99,6 +112,90 @@ def test_the_policy_without_its_node_rules_fails_naming_that_property(tmp_path: 
         assert f"{RESERVED_LABELS} are not refused" not in message
         assert f"{TAINTS} are not refused" not in message
         assert versions(server) == before
+
+
+def previous_release(tmp_path: Path) -> Path:
+    """A copy of rbac/ whose admission policy is the last one without the managedFields rules."""
+    directory = tmp_path / "rbac-previous"
+    shutil.copytree(REPO_RBAC, directory)
+    shutil.copy(WITHOUT_MANAGED_FIELDS, directory / "admission-policy.yaml")
+    return directory
+
+
+def test_the_previous_policy_without_its_managed_fields_rules_fails_naming_that_property(
+    tmp_path: Path,
+) -> None:
+    """Same name, same binding, every other probe refused: only the forged entry tells the versions apart."""
+    with two_nodes(FakeApiServer(previous_release(tmp_path))) as server:
+        before = versions(server)
+        with pytest.raises(PolicyNotEnforced) as failed:
+            check_policy(node_api(server, tmp_path))
+        message = str(failed.value)
+        assert f"{MANAGED_FIELDS} are not refused: a managedFields entry of manager " in message
+        assert f"on this Node ({NODE}) was admitted" in message
+        assert failed.value.missing == [MANAGED_FIELDS]
+        assert versions(server) == before
+
+
+def without_managed_fields_rules(document: dict[str, Any]) -> None:
+    if document["kind"] == "ValidatingAdmissionPolicy":
+        rules = document["spec"]["validations"]
+        document["spec"]["validations"] = [r for r in rules if "managedFields" not in r["message"]]
+
+
+def test_the_policy_without_its_managed_fields_rules_fails_naming_that_property(tmp_path: Path) -> None:
+    with two_nodes(FakeApiServer(changed_rbac(tmp_path, without_managed_fields_rules))) as server:
+        with pytest.raises(PolicyNotEnforced) as failed:
+            check_policy(node_api(server, tmp_path))
+        assert failed.value.missing == [MANAGED_FIELDS]
+
+
+def managed_fields_rule_reworded(document: dict[str, Any]) -> None:
+    """Our policy refuses the forged entry, but says nothing of managedFields (as a rule about something
+    else refusing it would)."""
+    if document["kind"] == "ValidatingAdmissionPolicy":
+        for rule in document["spec"]["validations"]:
+            rule["message"] = rule["message"].replace("metadata.managedFields", "this request")
+
+
+def test_a_refusal_of_the_forged_entry_for_another_reason_does_not_pass(tmp_path: Path) -> None:
+    server = two_nodes(FakeApiServer(changed_rbac(tmp_path, managed_fields_rule_reworded)))
+    with server, pytest.raises(PolicyNotEnforced) as failed:
+        check_policy(node_api(server, tmp_path))
+    assert failed.value.missing == [MANAGED_FIELDS]
+    assert "not refused by its rule for them" in str(failed.value)
+    assert "not naming metadata.managedFields" in str(failed.value)
+
+
+class DryRuns(NodeApi):
+    """The real client, keeping the body of every dry run of its own Node."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.dry_runs: list[dict[str, Any]] = []
+
+    def patch_node(self, body: Mapping[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+        if dry_run:
+            self.dry_runs.append(copy.deepcopy(dict(body)))
+        return super().patch_node(body, dry_run=dry_run)
+
+
+def test_the_forged_entry_is_the_nodes_own_list_plus_one_apply_entry(tmp_path: Path) -> None:
+    """The probe sends the Node's managedFields as read, whole (a merge patch replaces a list), plus one
+    Apply entry of a manager the Node does not have: nothing else, so no other rule can refuse it."""
+    with two_nodes(FakeApiServer()) as server:
+        kubeconfig = server.write_kubeconfig(
+            tmp_path / "kubeconfig",
+            server.token_for_service_account("gpu-labeller", "nfd-lite", node_name=NODE),
+        )
+        api = DryRuns(kubeconfig_connection(kubeconfig), NODE)
+        check_policy(api)
+        live = server.get_node(NODE)["metadata"]["managedFields"]
+    (body,) = [b for b in api.dry_runs if "managedFields" in b.get("metadata", {})]
+    assert list(body) == ["metadata"] and list(body["metadata"]) == ["managedFields"]
+    *kept, added = body["metadata"]["managedFields"]
+    assert kept == live
+    assert added["operation"] == "Apply" and added["manager"] not in {e["manager"] for e in live}
 
 
 def test_a_refusal_by_a_policy_of_another_name_does_not_pass(
