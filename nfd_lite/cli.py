@@ -194,6 +194,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=WriterSettings.watch_timeout,
         help="seconds one Node watch request lasts",
     )
+    p.add_argument(
+        "--admission-check-interval",
+        type=_positive,
+        default=WriterSettings.admission_check_interval,
+        help="seconds between checks, while running, that the admission policy still fences the writer "
+        "(/readyz fails while it does not); 0: only at start and after a long API outage",
+    )
     p.add_argument("--metrics-address", default=":8081", help="host:port for /metrics, /healthz; '' disables")
     p.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="log verbosity"
@@ -306,6 +313,7 @@ def _run(args: argparse.Namespace, policy: Policy, dirs: list[Path]) -> int:
             startup_grace=args.startup_grace, watch_timeout=max(args.watch_timeout, 1),
             metrics_address=args.metrics_address or None, limits=_limits(args),
             require_admission_policy=not args.allow_without_admission_policy,
+            admission_check_interval=args.admission_check_interval,
         )  # fmt: skip
         service = Service(settings, api)
         if args.oneshot:

@@ -1,7 +1,7 @@
 """The main loop's schedule: a sync pass after a burst of file events (debounced) or a Node change, a
 safety rescan every resync interval, a rescan when a label's +expiry-time passes, a pass when labels the
-admission policy refused are due to be tried again, and a check of the directories' identity every second
-(inotify misses a directory replaced under it)."""
+admission policy refused are due to be tried again or the policy itself is due to be checked again, and a
+check of the directories' identity every second (inotify misses a directory replaced under it)."""
 
 from __future__ import annotations
 
@@ -42,12 +42,14 @@ class MainLoop:
         while not self.stop.is_set():
             expiry = self.features.next_expiry()
             retry_at = self.sync.next_retry()  # labels the admission policy refused, tried again
-            until = min(next_resync, next_check, retry_at if retry_at is not None else next_resync)
+            policy_at = self.sync.next_policy_check()  # is the admission policy still enforced?
+            due = [t for t in (retry_at, policy_at) if t is not None]
+            until = min(next_resync, next_check, *due)
             if expiry is not None:
                 until = min(until, time.monotonic() + (expiry - now_utc()).total_seconds())
             files_due, node_due = self.inbox.wait(until)
             now = time.monotonic()
-            node_due = node_due or (retry_at is not None and now >= retry_at)
+            node_due = node_due or any(now >= t for t in due)
             if self.stop.is_set():
                 break
             if now >= next_check:

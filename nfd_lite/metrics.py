@@ -50,6 +50,12 @@ class WriterMetrics:
         self.owned = Gauge(
             "nfd_lite_owned_labels", "Labels this writer owns on its Node", registry=self.registry
         )
+        self.admission_policy_enforced = Gauge(
+            "nfd_lite_admission_policy_enforced",
+            "1 while the last self-check found the admission policy fencing this writer; 0 when it found "
+            "it not enforced (/readyz fails), or before the first check, or when it is not checked",
+            registry=self.registry,
+        )
         # Computed when read (Service sets the functions): how long the API server has not answered.
         self.api_unreachable = Gauge(
             "nfd_lite_api_unreachable",

@@ -92,6 +92,7 @@ class Context:
     own: Mapping[str, Any]
     own_labels: Mapping[str, str]
     allowed: str  # the label key the admitted probe used
+    said: set[str]  # skipped probes already logged (once per writer, not at every periodic check)
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,7 @@ class Probe:
 
 
 def _probe_other_node(ctx: Context) -> Sent | None:
-    other = _other_node(ctx.api)
+    other = _other_node(ctx.api, ctx.said)
     if other is None:
         return None
     name = str(other["metadata"]["name"])
@@ -171,12 +172,14 @@ def check_policy(
     policy: Policy | None = None,
     expected: str | None = None,
     probes: tuple[Probe, ...] = PROBES,
+    said: set[str] | None = None,
 ) -> None:
     """Return if the policy named ``expected`` (default: ``expected_policy()``) refused every probe; raise
     PolicyNotEnforced naming each property that was admitted or refused by something else, and the ApiError
     itself for anything that is not a policy's answer (unreachable, RBAC, a webhook), or for any refusal of
     the label this writer may set, so the caller's retry policy and error reporting apply as to any
-    request. ``policy``'s first allowed prefix names the probe label (default: nfd-lite's defaults)."""
+    request. ``policy``'s first allowed prefix names the probe label (default: nfd-lite's defaults).
+    ``said``: the skipped probes already logged by an earlier check of the same writer."""
     name = expected or expected_policy()
     prefix = (policy or Policy()).allow_prefixes[0]
     own = api.get_node()
@@ -184,7 +187,7 @@ def check_policy(
     allowed = _absent(prefix + PROBE_NAME, own_labels)
     api.patch_node(_label_patch(own, allowed), dry_run=True)
 
-    ctx = Context(api, own, own_labels, allowed)
+    ctx = Context(api, own, own_labels, allowed, set() if said is None else said)
     findings: list[tuple[str, str]] = []
     for probe in probes:
         sent = probe.build(ctx)
@@ -218,6 +221,7 @@ class AdmissionCheck:
         self._next: float | None = None  # when the next check is due; None until one has passed
         self.missing: str | None = None  # one line while the last check found the policy not enforced
         self._missing_props: list[str] = []
+        self._said: set[str] = set()  # skipped probes logged
 
     @property
     def passed_once(self) -> bool:
@@ -242,7 +246,7 @@ class AdmissionCheck:
             return
         first = self._next is None
         try:
-            check_policy(self.api, self.policy, self.name)
+            check_policy(self.api, self.policy, self.name, said=self._said)
         except PolicyNotEnforced as err:
             if first:
                 raise
@@ -296,24 +300,26 @@ def _unless_refused(expected: str, probe: Probe, sent: Sent) -> list[str]:
     return [f"{probe.prop} are not refused: {sent.what} was admitted"]
 
 
-def _other_node(api: NodeApi) -> dict[str, Any] | None:
-    """A Node to probe other than this one, or None (logged: that property is not checked, and why)."""
+def _other_node(api: NodeApi, said: set[str]) -> dict[str, Any] | None:
+    """A Node to probe other than this one, or None (logged once per ``said``: that property is not
+    checked, and why)."""
     try:
         other = api.other_node()
     except Forbidden as err:
         if policy_denial(err.message) is not None:
             raise
-        reason = f"this token may not list Nodes ({err.message})"
+        kind, reason = "forbidden", f"this token may not list Nodes ({err.message})"
     else:
         if other is not None:
             return other
-        reason = "there is no other Node (a one-node cluster)"
-    log.warning(
-        "admission self-check: %s is not checked, as %s; it is checked again at the next start and after "
-        "a long API outage",
-        OTHER_NODES,
-        reason,
-    )
+        kind, reason = "alone", "there is no other Node (a one-node cluster)"
+    if kind not in said:
+        said.add(kind)
+        log.warning(
+            "admission self-check: %s is not checked, as %s; it is tried again at each check",
+            OTHER_NODES,
+            reason,
+        )
     return None
 
 

@@ -77,8 +77,17 @@ class Service:
         return self.node_sync.synced
 
     def ready(self) -> bool:
-        """/readyz: one sync pass has completed and the API server has not gone unreachable since."""
-        return self.synced and not self.outage.unreachable()
+        """/readyz: one sync pass has completed, the API server has not gone unreachable since, and the
+        last check found the admission policy enforced (where it is required)."""
+        return self.unready_reason() is None
+
+    def unready_reason(self) -> str | None:
+        """Why /readyz fails, in one line; None while ready."""
+        if not self.synced:
+            return "no sync pass has completed yet"
+        if self.outage.unreachable():
+            return f"the API server has not answered for {self.outage.unreachable_for():.0f} s"
+        return self.node_sync.admission.missing
 
     def stop(self) -> None:
         self._stop.set()
@@ -94,7 +103,7 @@ class Service:
         watcher = DirWatcher(s.directories, self.inbox.files_changed, poll=s.poll)
         try:
             health = (
-                HealthServer(s.metrics_address, self.metrics, self.healthy, self.ready)
+                HealthServer(s.metrics_address, self.metrics, self.healthy, self.ready, self.unready_reason)
                 if s.metrics_address
                 else None
             )

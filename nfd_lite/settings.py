@@ -38,3 +38,6 @@ class WriterSettings:
     slow_retry: float = 30.0  # 401/403 need a human: retry slowly rather than crash-loop or hammer
     require_admission_policy: bool = True  # refuse to write where the policy is not enforced
     policy_recheck_after: float = 300.0  # an API outage this long may have been an upgrade: check again
+    # While running, check this often that the policy still fences the writer (a deleted binding, an older
+    # policy of the same name): 0 only after a long outage. Each check is 7 requests (docs/nfd-lite.md).
+    admission_check_interval: float = 300.0

@@ -22,7 +22,7 @@ from nfd_lite.metrics import WriterMetrics
 from nfd_lite.reconciler import NodeState, Plan, plan
 from nfd_lite.rejections import printable
 from nfd_lite.retry import REFUSAL_REPEAT_AFTER, Outage, RetryPolicy, Stopped
-from nfd_lite.selfcheck import check_policy
+from nfd_lite.selfcheck import AdmissionCheck
 from nfd_lite.settings import WriterSettings
 from nfd_lite.throttle import TokenBucket
 from saidonce import SaidOnce
@@ -86,7 +86,9 @@ class NodeSync:
         self._read_first = False  # a patch failed (409, or no answer): read the Node before planning again
         self._started = time.monotonic()
         self._conflicts: set[tuple[str, str]] = set()
-        self._policy_checked = False
+        self.admission = AdmissionCheck(
+            api, settings.policy, settings.admission_check_interval, metrics.admission_policy_enforced
+        )
         self.writes = TokenBucket(settings.write_rate, settings.write_burst)
         self.held = HeldKeys(settings.slow_retry)  # labels the admission policy refused, tried again slowly
         self._held_said: SaidOnce[str] = SaidOnce(repeat_after=REFUSAL_REPEAT_AFTER)
@@ -134,12 +136,34 @@ class NodeSync:
         node = self._newest_node()
         return plan_pass(self.features, node, self.settings, allow_removal=self._allow_removal(), held=held)
 
+    def next_policy_check(self) -> float | None:
+        """When (monotonic) the admission policy is due to be checked again, if it is checked."""
+        return self.admission.next_check() if self.settings.require_admission_policy else None
+
     def _check_policy_when_due(self) -> None:
+        """Before the first write (which waits for it to pass), after a long outage and periodically. A
+        later check that cannot be made (no answer, not a policy's answer) leaves its last verdict standing
+        and does not hold up the pass: the writer's own requests meet the same server anyway."""
+        if not self.settings.require_admission_policy:
+            return
         if self.outage.take_long_one():
-            self._policy_checked = False
-        if self.settings.require_admission_policy and not self._policy_checked:
-            check_policy(self.api, self.settings.policy)  # before the first write, and after a long outage
-            self._policy_checked = True
+            self.admission.due_now()
+        if not self.admission.passed_once:
+            self.admission.run_when_due()
+            return
+        try:
+            self.admission.run_when_due()
+        except ApiError as err:
+            self.metrics.api_errors.labels(err.code).inc()
+            self.outage.failed(err)
+            self.admission.retry_in(self.settings.slow_retry)
+            log.warning(
+                "admission self-check: could not check the policy again (%s: %s); the last result stands, "
+                "tried again in %.0f s",
+                err.code,
+                err.message,
+                self.settings.slow_retry,
+            )
 
     def _newest_node(self) -> NodeState:
         self._learn(self.inbox.take_node())
