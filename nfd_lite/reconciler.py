@@ -99,7 +99,10 @@ def plan(
       another manager's label that says the same (the GPU Operator's ``gpu.present``), nothing to report
       and not taken; with another value it is a conflict;
     - owned keys no longer desired are removed, unless ``allow_removal`` is False (start-up grace);
-    - a ``held`` key (one the admission policy refused) is left as the Node has it, label and record.
+    - a ``held`` key (one the admission policy refused) is left as the Node has it, label and record;
+    - the record lists only labels the Node carries once the patch is applied: a key whose label is gone
+      leaves it, in grace and held too (the admission policy refuses a record that lists a missing label,
+      which would let a token later take over a label of that name someone else sets).
 
     Nothing desired is ``prune``: every owned label on the Node goes, and the record with them.
     """
@@ -108,7 +111,8 @@ def plan(
     conflicts: list[Conflict] = []
     new_owned: set[str] = set()
     for key in held & owned:
-        new_owned.add(key)
+        if key in node.labels:
+            new_owned.add(key)
     for key, value in desired.items():
         if key in held:
             continue
@@ -122,9 +126,11 @@ def plan(
             changes[key] = value
     removed: list[str] = []
     for key in sorted(owned - desired.keys() - held):
+        if key not in node.labels:
+            continue  # already gone: only its key leaves the record
         if not allow_removal:
             new_owned.add(key)
-        elif key in node.labels:
+        else:
             changes[key] = None
             removed.append(key)
     recorded = node.annotations.get(OWNED_ANNOTATION)

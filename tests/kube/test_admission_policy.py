@@ -411,7 +411,13 @@ def prefixes_narrowed(kube: ControlPlane, node: str, token: str) -> Iterator[Non
     text = (RBAC_DIR / "admission-policy.yaml").read_text()
     shipped = "\"['nvidia.com/', 'feature.node.kubernetes.io/']\""
     assert shipped in text
-    probe = labels({"feature.node.kubernetes.io/probe": "x"}, "feature.node.kubernetes.io/probe")
+    # A label created and recorded, the record keeping every key it lists (a key may leave it only with its
+    # label): admitted unless the prefix it is under is not allowed.
+    key = "feature.node.kubernetes.io/probe"
+
+    def probe() -> dict[str, Any]:
+        recorded = kube.annotations(node).get(OWNED_ANNOTATION, "")
+        return labels({key: "x"}, ",".join(sorted({key, *filter(None, recorded.split(","))})))
 
     def enforce(manifest: str, admitted: bool) -> None:
         kube.kubectl(
@@ -423,14 +429,14 @@ def prefixes_narrowed(kube: ControlPlane, node: str, token: str) -> Iterator[Non
             answer = kube.request(
                 "PATCH",
                 f"/api/v1/nodes/{node}?dryRun=All",
-                probe,
+                probe(),
                 token=token,
                 content_type="application/merge-patch+json",
             )
             if (answer.status == 200) == admitted:
                 return
             time.sleep(0.25)
-        raise AssertionError("the changed admission policy was not enforced within 60 s")
+        raise AssertionError(f"the changed admission policy was not enforced within 60 s: {answer.message}")
 
     enforce(text.replace(shipped, "\"['nvidia.com/']\""), admitted=False)
     try:
@@ -479,7 +485,11 @@ def test_the_writers_label_cap_is_reachable_and_a_bulk_change_of_all_of_it_is_ad
     assert first.status == 200, first.message
     bulk = kube.patch_node(node, labels(_many(1000, "b")), token=token)
     assert bulk.status == 200, bulk.message
-    emptied = kube.patch_node(node, labels(dict.fromkeys(many), None), token=token)
+    emptied = kube.patch_node(
+        node,
+        {"metadata": {"labels": dict.fromkeys(many), "annotations": {OWNED_ANNOTATION: None}}},
+        token=token,
+    )
     assert emptied.status == 200, emptied.message  # prune: all of them removed with the record
     assert not any(key in kube.labels(node) for key in many)
 
@@ -516,3 +526,61 @@ def test_a_record_an_administrator_wrote_out_of_order_still_counts(
     kube.patch_node(node, labels({"nvidia.com/gpu.product": "admin-set"}))
     foreign = kube.patch_node(node, labels({"nvidia.com/gpu.product": "x"}), token=token)
     assert refused(foreign, "does not own"), foreign.message
+
+
+# ---- the ownership record lists exactly the labels the writer has ----
+
+
+def test_a_removed_label_cannot_stay_in_the_record(kube: ControlPlane, own: tuple[str, str]) -> None:
+    """A key left behind would let the token later change a label of that name an administrator sets."""
+    node, token = own
+    owned = "nvidia.com/gpu.count,nvidia.com/gpu.memory"
+    first = kube.patch_node(
+        node, labels({"nvidia.com/gpu.count": "1", "nvidia.com/gpu.memory": "8"}, owned), token=token
+    )
+    assert first.status == 200, first.message
+    kept = kube.patch_node(node, labels({"nvidia.com/gpu.memory": None}), token=token)
+    assert refused(kept, "may only list labels the Node carries"), kept.message
+    listed = kube.patch_node(node, labels({"nvidia.com/gpu.memory": None}, owned), token=token)
+    assert refused(listed, "may only list labels the Node carries"), listed.message
+    removed = kube.patch_node(
+        node, labels({"nvidia.com/gpu.memory": None}, "nvidia.com/gpu.count"), token=token
+    )
+    assert removed.status == 200, removed.message
+
+
+def test_a_key_leaves_the_record_only_with_its_label(kube: ControlPlane, own: tuple[str, str]) -> None:
+    """Dropping the record while the labels stay leaves them to nobody: the real writer would refuse to
+    touch them again, and prune would never remove them."""
+    node, token = own
+    first = kube.patch_node(node, labels({"nvidia.com/gpu.count": "1"}, "nvidia.com/gpu.count"), token=token)
+    assert first.status == 200, first.message
+    for record in (None, ""):
+        dropped = kube.patch_node(
+            node, {"metadata": {"annotations": {OWNED_ANNOTATION: record}}}, token=token
+        )
+        assert refused(dropped, "only in the request that removes its label"), dropped.message
+    other = kube.patch_node(
+        node, labels({"nvidia.com/gpu.family": "x"}, "nvidia.com/gpu.family"), token=token
+    )
+    assert refused(other, "only in the request that removes its label"), other.message
+    assert kube.annotations(node)[OWNED_ANNOTATION] == "nvidia.com/gpu.count"
+
+
+def test_an_edited_record_is_brought_back_to_what_the_node_carries(
+    kube: ControlPlane, own: tuple[str, str]
+) -> None:
+    """An administrator deleted an owned label (its key stays listed) and listed a control label: the
+    writer's next write drops both keys, the control label itself untouched."""
+    node, token = own
+    kube.patch_node(
+        node,
+        labels(
+            {"nvidia.com/gpu.count": "1", "nvidia.com/gpu.memory": "8"},
+            "nvidia.com/gpu.count,nvidia.com/gpu.memory,nvidia.com/mig.config",
+        ),
+    )
+    kube.patch_node(node, labels({"nvidia.com/gpu.memory": None}))
+    answer = kube.patch_node(node, labels({"nvidia.com/gpu.count": "2"}, "nvidia.com/gpu.count"), token=token)
+    assert answer.status == 200, answer.message
+    assert kube.labels(node)["nvidia.com/mig.config"] == "all-1g.5gb"

@@ -180,3 +180,20 @@ def test_a_held_key_is_left_as_the_node_has_it_label_and_record() -> None:
     assert result.patch["metadata"]["labels"] == {"nvidia.com/a": "2"}
     assert result.owned == {"nvidia.com/a", "nvidia.com/b"}  # b stays recorded, c is not claimed
     assert result.touched == {"nvidia.com/a", "nvidia.com/b"}
+
+
+def test_a_key_whose_label_is_gone_leaves_the_record_in_grace_and_when_held() -> None:
+    """The admission policy refuses a record listing a label the Node does not carry: an administrator who
+    deleted an owned label must not keep the writer's next patch from being admitted."""
+    current = node({"nvidia.com/a": "1"}, "nvidia.com/a,nvidia.com/b,nvidia.com/c")
+    graced = plan({}, current, allow_removal=False, may_own=MAY_OWN)
+    assert graced.patch is not None
+    assert graced.patch["metadata"] == {
+        "resourceVersion": "7",
+        "labels": {},
+        "annotations": {OWNED_ANNOTATION: "nvidia.com/a"},
+    }
+    held = plan({"nvidia.com/a": "1"}, current, may_own=MAY_OWN, held=frozenset({"nvidia.com/b"}))
+    assert held.patch is not None
+    assert held.patch["metadata"]["annotations"] == {OWNED_ANNOTATION: "nvidia.com/a"}
+    assert held.owned == {"nvidia.com/a"}
