@@ -434,6 +434,27 @@ def test_helm_test_pod_needs_no_identity(rendered: dict[tuple[str, str], str]) -
 
 
 @pytest.mark.parametrize("which", HELMS)
+def test_helm_test_logs_find_a_pod_for_every_test_hook(
+    rendered: dict[tuple[str, str], str], which: str
+) -> None:
+    """`helm test --logs` (helm 3.19 and 4.1, GetPodLogs) reads the log of the pod named after each test
+    hook, of any kind, after all of them finished: every hook must name a test pod that is still there."""
+    for entry in MATRIX:
+        hooks = [
+            d
+            for d in documents(rendered[which, entry])
+            if (d["metadata"].get("annotations") or {}).get("helm.sh/hook") == "test"
+        ]
+        pods = {d["metadata"]["name"]: d for d in hooks if d["kind"] == "Pod"}
+        assert pods, entry
+        assert {d["metadata"]["name"] for d in hooks} == set(pods), f"{entry}: a hook names no test pod"
+        for name, pod in pods.items():
+            policies = pod["metadata"]["annotations"]["helm.sh/hook-delete-policy"].split(",")
+            # Kept when it passes, replaced by the next `helm test`: there is always one at most.
+            assert policies == ["before-hook-creation"], f"{entry}: {name} is deleted before --logs reads it"
+
+
+@pytest.mark.parametrize("which", HELMS)
 def test_rendered_args_are_accepted_by_the_programs(tools: Tools, tmp_path: Path, which: str) -> None:
     from gfd.config import load_settings
     from nfd_lite.cli import build_parser
