@@ -69,7 +69,8 @@ def _client(ctx: Context) -> Any:
     return client.ApiClient(cfg)
 
 
-def check(ctx: Context) -> list[Finding]:
+def _node(ctx: Context) -> tuple[Any, str, dict[str, str], dict[str, str]] | list[Finding]:
+    """The client, the Node's name, labels and allocatable; or the findings saying why they cannot be had."""
     try:
         from kubernetes import client
         from kubernetes.client.rest import ApiException
@@ -102,6 +103,29 @@ def check(ctx: Context) -> list[Finding]:
         ]
     labels: dict[str, str] = dict((node.metadata.labels if node.metadata else None) or {})
     allocatable: dict[str, str] = dict((node.status.allocatable if node.status else None) or {})
+    return api, name, labels, allocatable
+
+
+def cluster_side(ctx: Context) -> list[Finding]:
+    """What layer 7 checks whatever the layers below found: the DRA driver's ResourceSlices against the
+    Node's labels, both read from the cluster. The layers below describe the machine the doctor runs on,
+    which from a workstation (`--node N --kubeconfig K`) is not the node and has no GPU."""
+    got = _node(ctx)
+    if isinstance(got, list):
+        return got
+    api, name, labels, _ = got
+    finding, _ = dra.check(api, name, labels, TIMEOUT_S)
+    return [finding]
+
+
+def check(ctx: Context) -> list[Finding]:
+    got = _node(ctx)
+    if isinstance(got, list):
+        return got
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    api, name, labels, allocatable = got
     consistency, dra_gpus = dra.check(api, name, labels, TIMEOUT_S)
     findings = [check_labels(ctx, name, labels), check_allocatable(name, allocatable, dra_gpus), consistency]
     try:

@@ -106,3 +106,6 @@ class Layer:
     purpose: str
     run: Callable[[Context], list[Finding]]
     skip_reason: Callable[[Context], str | None] | None = None  # layers that only apply sometimes
+    # The layer's checks that read only the cluster, not this machine: they run even when a layer below
+    # failed (from a workstation the layers below describe the workstation, not the node).
+    cluster_side: Callable[[Context], list[Finding]] | None = None

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from gfd.doctor import kubernetes
+from gfd.doctor import kubernetes, runner
 from gfd.doctor.model import Context, Finding
 from tests.kube.controlplane import ControlPlane
 from tests.parity import peers
@@ -207,3 +207,24 @@ def test_a_node_without_the_driver_is_not_a_dra_node(
         f"no GPUs of DRA driver gpu.nvidia.com on node {node}",
     )
     assert found["allocatable"].status == "FAIL"
+
+
+def test_from_a_workstation_the_whole_doctor_still_compares_the_drivers_slices(
+    kube: ControlPlane, dra_node: Callable[..., str], tmp_path: Path
+) -> None:
+    """`gfd doctor --node N --kubeconfig ADMIN` from a machine with no GPU: layer 1 fails there, and the
+    DRA check, which reads only the cluster, still reports the node's slices against its labels."""
+    peers.require()
+    env = peers.mock_env("dgxa100")
+    (machine_file := tmp_path / "product_name").write_text("NVIDIA DGX\n")
+    facts = peers.describe(env)
+    fewer = dict(facts, devices=facts["devices"][:7])  # a GPU fell off after gfd's last pass
+    node = dra_node(our_labels(env, machine_file), lambda n: driver_slices(fewer, n))
+    workstation = tmp_path / "workstation"  # no PCI bus, no driver: not the node
+    workstation.mkdir()
+
+    checks = runner.run(Context(host_root=workstation, node=node, kubeconfig=kube.admin_kubeconfig, env={}))
+
+    assert runner.first_failure(checks) == checks[0] and checks[0].layer == 1
+    (got,) = [c for c in checks if c.name == "Kubernetes: dra"]
+    assert got.status == "FAIL" and "nvidia.com/gpu.count: driver 7, label 8" in got.evidence

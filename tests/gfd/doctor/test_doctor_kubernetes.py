@@ -197,8 +197,61 @@ def test_layer_7_skipped_when_a_lower_layer_failed(host, nvml, doctor, apiserver
     nvml("containerd-no-nvidia")
     apiserver.add_node(NODE)
     _, report = doctor(host("containerd-no-nvidia"), "--kubeconfig", str(cluster), "--node", NODE)
-    assert layer7(report)["Kubernetes"]["evidence"] == "fix layer 6 first"
-    assert apiserver.count() == 0
+    k = layer7(report)
+    assert k["Kubernetes"]["status"] == "SKIP"
+    assert k["Kubernetes"]["evidence"] == "fix layer 6 first; what reads only the cluster ran anyway (below)"
+    # Only the cluster's own consistency check ran (this fake serves no ResourceSlices): no label, allocatable
+    # or RuntimeClass verdict rests on the broken layer, and only reads were sent.
+    assert list(k) == ["Kubernetes", "Kubernetes: dra"]
+    assert k["Kubernetes: dra"]["status"] == "SKIP"
+    assert apiserver.count() == apiserver.count(method="GET") == 2
+
+
+def test_from_a_workstation_the_dra_check_runs_though_the_hardware_layer_fails(
+    tmp_path, nvml, doctor, apiserver, cluster, monkeypatch
+):
+    """`gfd doctor --node N --kubeconfig K` on a workstation: no GPU here, so layer 1 fails, yet what the
+    cluster alone can answer (the DRA driver's slices against the node's labels) is answered."""
+    from gfd.doctor import dra
+
+    nvml(None, library_missing=True)
+    workstation = tmp_path / "workstation"
+    workstation.mkdir()
+    apiserver.add_node(NODE, labels={"nvidia.com/gpu.count": "8", "nvidia.com/gpu.product": "NVIDIA-H100"})
+    # One GPU of the driver's slices, as NVIDIA's DRA driver publishes it (the fake server has no
+    # resource.k8s.io; tests/kube/test_doctor_dra.py reads real slices from a real kube-apiserver).
+    slices = [
+        {
+            "spec": {
+                "driver": dra.DRIVER,
+                "nodeName": NODE,
+                "pool": {"name": NODE, "generation": 1},
+                "devices": [
+                    {
+                        "name": "gpu-0",
+                        "attributes": {
+                            "type": {"string": "gpu"},
+                            "uuid": {"string": "GPU-0"},
+                            "productName": {"string": "NVIDIA H100"},
+                        },
+                    }
+                ],
+            }
+        }
+    ]
+    asked: list[str] = []
+    monkeypatch.setattr(dra, "read_slices", lambda api, node, timeout: asked.append(node) or slices)
+
+    code, report = doctor(workstation, "--kubeconfig", str(cluster), "--node", NODE)
+
+    assert code == 1 and report["first_failed_layer"] == 1
+    got = layer7(report)["Kubernetes: dra"]
+    assert asked == [NODE]
+    assert got["status"] == "FAIL"
+    assert got["evidence"].startswith(
+        f"node {NODE}: DRA driver gpu.nvidia.com (1 GPUs) and the labels disagree"
+    )
+    assert "nvidia.com/gpu.count: driver 1, label 8" in got["evidence"]
 
 
 def test_guessed_node_name_not_in_the_cluster_only_warns(host, nvml, doctor, apiserver, cluster, monkeypatch):
