@@ -52,6 +52,10 @@ def _main(args: list[str]) -> int:
         from gfd.doctor.cli import main as doctor_main  # only a doctor run pays for its imports
 
         return doctor_main(args[1:])
+    if args and args[0] == "fleet":
+        from gfd.fleet.cli import main as fleet_main
+
+        return fleet_main(args[1:])
 
     import logging
     import os
