@@ -9,6 +9,9 @@
   labels come from the GPUs that answer and say the node is degraded, and
   the metrics count the GPU; NVML's fatal Xid events wake the loop between
   passes (``Watching`` backends).
+- Ready (/readyz, ``gfd.readiness``) while the last pass labelled at least one GPU that answers: no
+  GPU found, for whatever reason, or a failed pass makes the pod unready with a one-line reason and sets
+  ``gfd_no_gpu``, and the line that says it in the log also says so (and points at ``gfd doctor``).
 - A node that stays broken does not fill the log: each warning (the
   backend's and the labelers') and each failure is said once while it
   repeats, again after it went away and came back, and the recovery once.
@@ -33,6 +36,7 @@ from gfd.inventory import GpuFailure, Inventory
 from gfd.labels import LabelOptions, LabelSet, build_labels
 from gfd.loopcontrol import LoopControl
 from gfd.metrics import Metrics
+from gfd.readiness import STARTING, Readiness, of_inventory
 from gfd.writer import FeatureFile
 from saidonce import SaidOnce
 
@@ -94,6 +98,7 @@ class Daemon:
         # Starts from what the file holds, so a restarted daemon does not rewrite an up-to-date file.
         self.output = FeatureFile(settings.output_file)
         self._labelled: tuple[Inventory, LabelOptions, LabelSet] | None = None  # the last pass's
+        self.readiness: Readiness = STARTING
 
     def labels_for(self, inv: Inventory, opts: LabelOptions) -> LabelSet:
         """The labels of ``inv``: the last pass's again when it saw the same and was asked the same, as a
@@ -128,10 +133,6 @@ class Daemon:
             self._drop_backend(backend)  # detect again next pass: the stack may have changed under us
             raise
         self.backend = backend
-        if not inv.devices and inv.backend == "nvml":
-            # A warning like the backend's own, so that it is said once while it lasts, not every pass.
-            empty = "no NVIDIA GPU found: NVML loaded but reports no devices; writing no GPU labels"
-            inv = dataclasses.replace(inv, warnings=(*inv.warnings, empty))
         return with_machine_type(inv, self.settings.machine_type_file)
 
     def _drop_backend(self, backend: Backend | None) -> None:
@@ -150,21 +151,32 @@ class Daemon:
         try:
             inv = self.probe()
             labelled = self.labels_for(inv, LabelOptions.from_settings(self.settings, now))
-        except BackendError as err:
-            return self._failed_unlabelled(err.layer, str(err), now)
+        except BackendError as err:  # the stack could not be probed: no GPU to label
+            return self._failed_unlabelled(err.layer, str(err), now, no_gpu=True)
         except Exception as err:  # a bug must not kill the daemon nor write half-made labels
             log.debug("unexpected error in a pass", exc_info=True)
-            return self._failed_unlabelled("internal", f"internal: {type(err).__name__}: {err}", now)
-        self._warn((*inv.warnings, *labelled.warnings))
+            line = f"internal: {type(err).__name__}: {err}"
+            return self._failed_unlabelled("internal", line, now, no_gpu=None)
+        state = of_inventory(inv)
+        warnings = (*inv.warnings, *labelled.warnings)
+        if state.reason is not None:
+            # A warning like the backend's own, so that it is said once while it lasts, not every pass.
+            no_gpu = f"{state.reason}; writing no GPU labels{self._unready_note(state.reason, ending=False)}"
+            warnings = (*warnings, no_gpu)
+        self._warn(warnings)
         self._count_gpus(inv)
         labels = labelled.labels
         try:
             written = self._write_if_needed(labels, now)
         except OSError as err:
-            where = self.settings.output_file
-            return self._failed("output", f"output: cannot write {where}: {err.strerror or err}", now)
+            line = f"output: cannot write {self.settings.output_file}: {err.strerror or err}"
+            return self._failed("output", line, now, no_gpu=state.no_gpu)
+        was = self.readiness
+        self._set_readiness(state)
         if self.failures.update(()).recovered:
             log.info("pass succeeded again (backend %s)", inv.backend)
+        elif was.no_gpu and state.ready:
+            log.info("%d GPU(s) found again%s", len(inv.devices), "; ready" if self.metrics.serving else "")
         self.succeeded = True
         self.metrics.pass_done(ok=True, layer=None, labels=len(labels), now=now.timestamp())
         return PassResult(ok=True, labels=labels, written=written)
@@ -173,16 +185,33 @@ class Daemon:
         for warning in self.warnings.update(warnings).new:
             log.warning("%s", warning)
 
-    def _failed_unlabelled(self, layer: str, line: str, now: datetime) -> PassResult:
+    def _failed_unlabelled(self, layer: str, line: str, now: datetime, *, no_gpu: bool | None) -> PassResult:
         # A pass that got no labels has no warnings: whatever comes back after it is said again.
         self._warn(())
-        return self._failed(layer, line, now)
+        return self._failed(layer, line, now, no_gpu=no_gpu)
 
-    def _failed(self, layer: str, line: str, now: datetime) -> PassResult:
+    def _failed(self, layer: str, line: str, now: datetime, *, no_gpu: bool | None) -> PassResult:
+        self._set_readiness(Readiness(line, no_gpu))
         if self.failures.update((line,)).new:
-            log.error("%s%s", line, "; the labels already written stay" if self.output.labels else "")
+            kept = "; the labels already written stay" if self.output.labels else ""
+            note = self._unready_note(line, ending=not self.succeeded and self.settings.fail_on_init_error)
+            log.error("%s%s%s", line, kept, note if no_gpu else "")
         self.metrics.pass_done(ok=False, layer=layer, labels=None, now=now.timestamp())
         return PassResult(ok=False, error=line, layer=layer)
+
+    def _set_readiness(self, state: Readiness) -> None:
+        self.readiness = state
+        self.metrics.readiness(state)
+
+    def _unready_note(self, line: str, *, ending: bool) -> str:
+        """What a line saying that no GPU was found adds in a daemon that goes on (``ending``: this pass
+        ends it): that the pod is not ready, and where to look next."""
+        if ending or self.settings.oneshot:
+            return ""
+        ready = "; not ready: /readyz answers 503 and gfd_no_gpu is 1" if self.metrics.serving else ""
+        # The NVML's own fallback line already says it.
+        doctor = "" if "gfd doctor" in line else "; `gfd doctor` on this node checks every layer"
+        return f"{ready} until a pass finds a GPU{doctor}" if ready else doctor
 
     def _write_if_needed(self, labels: dict[str, str], now: datetime) -> bool:
         """Write when the labels changed or the expiry is due to be pushed forward."""

@@ -1,12 +1,20 @@
-"""Prometheus metrics of the daemon loop (``promtext``), kept and served only with --metrics-address."""
+"""Prometheus metrics of the daemon loop (``promtext``) and its readiness (/readyz, ``gfd.readiness``), kept
+and served only with --metrics-address."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from gfd.readiness import STARTING, Readiness
+
+if TYPE_CHECKING:
+    from hostport.serving import RouteServer
 
 
 class Metrics:
     """The no-op recorder; ``PrometheusMetrics`` records for real."""
+
+    serving = False  # whether /readyz and /metrics are served, so that the log may point at them
 
     def pass_done(self, *, ok: bool, layer: str | None, labels: int | None, now: float) -> None:
         """One probe-and-label pass ended; ``layer`` names the broken layer when it failed."""
@@ -19,6 +27,9 @@ class Metrics:
 
     def gpu_failed(self, *, layer: str, error: str) -> None:
         """A GPU started failing (said once while it lasts): ``error`` as NVML names it, or "Xid 79"."""
+
+    def readiness(self, state: Readiness) -> None:
+        """The last pass's verdict, for /readyz and gfd_no_gpu."""
 
 
 class PrometheusMetrics(Metrics):
@@ -42,6 +53,13 @@ class PrometheusMetrics(Metrics):
             ["layer", "error"],
             registry=r,
         )
+        self.no_gpu = Gauge(
+            "gfd_no_gpu",
+            "1 while the last pass found no GPU to label (NVML missing or failing, no device, no Jetson "
+            "files, every GPU failing): /readyz fails and the log says why; else 0.",
+            registry=r,
+        )
+        self.state = STARTING  # replaced whole by the loop, read by the server thread
 
     def pass_done(self, *, ok: bool, layer: str | None, labels: int | None, now: float) -> None:
         self.passes.inc()
@@ -62,12 +80,30 @@ class PrometheusMetrics(Metrics):
     def gpu_failed(self, *, layer: str, error: str) -> None:
         self.failures.labels(layer=layer, error=error).inc()
 
-    def serve(self, host: str, port: int) -> None:
+    def readiness(self, state: Readiness) -> None:
+        if state.no_gpu is not None:  # None: the pass could not tell, the last answer stands
+            self.no_gpu.set(1 if state.no_gpu else 0)
+        self.state = state
+
+    def readyz(self) -> tuple[int, bytes, str]:
+        reason = self.state.reason
+        if reason is None:
+            return (200, b"ok\n", "text/plain")
+        # One line, for whoever reads it with curl: the kubelet's event says only "statuscode: 503".
+        line = f"not ok: {' '.join(reason.split())}\n"
+        return (503, line.encode("utf-8", "replace"), "text/plain; charset=utf-8")
+
+    def serve(self, host: str, port: int) -> RouteServer:
         from hostport.serving import RouteServer  # within a connection cap, each connection timing out
         from promtext import CONTENT_TYPE
 
-        metrics = {"/metrics": lambda: (200, self.registry.exposition(), CONTENT_TYPE)}
-        RouteServer(host, port, metrics, name="gfd-metrics").start()
+        routes = {
+            "/metrics": lambda: (200, self.registry.exposition(), CONTENT_TYPE),
+            "/readyz": self.readyz,
+        }
+        server = RouteServer(host, port, routes, name="gfd-metrics").start()
+        self.serving = True
+        return server
 
 
 def start_metrics(address: tuple[str, int] | None) -> Metrics:

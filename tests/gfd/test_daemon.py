@@ -24,6 +24,7 @@ from gfd.expiry import ExpiryPolicy
 from gfd.inventory import Device, Inventory
 from gfd.loopcontrol import LoopControl
 from gfd.metrics import PrometheusMetrics
+from gfd.readiness import NO_NVML_DEVICE
 from gfd.writer import read_feature_file
 
 PROFILES = Path(__file__).parent / "profiles_cli"
@@ -332,8 +333,9 @@ def test_a_node_without_gpus_says_so_once_not_every_pass(
     daemon = scripted_daemon(tmp_path, Scripted(empty, empty, empty))
     with caplog.at_level(logging.WARNING, logger="gfd"):
         assert all(daemon.run_pass().ok for _ in range(3))
+    # Which layers to check, and where to look next (no metrics served here, so no /readyz to name).
     assert caplog.messages == [
-        "no NVIDIA GPU found: NVML loaded but reports no devices; writing no GPU labels"
+        f"{NO_NVML_DEVICE}; writing no GPU labels; `gfd doctor` on this node checks every layer"
     ]
 
 
@@ -453,20 +455,22 @@ def test_an_expiry_is_added_when_missing_and_dropped_when_no_longer_wanted() -> 
 def test_a_failure_is_logged_once_while_it_repeats_and_the_recovery_once(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    good = Inventory(backend="mock", driver_version="550.54.15")
+    good = Inventory(backend="mock", driver_version="550.54.15", devices=(Device(index=0, name="NVIDIA A100"),))
     not_loaded, lost = BackendError("driver", "not loaded"), BackendError("hardware", "GPU 0 lost")
     answers = [not_loaded, good, not_loaded, not_loaded, not_loaded, lost, good, good, not_loaded]
     daemon = scripted_daemon(tmp_path, Scripted(*answers))
     with caplog.at_level(logging.INFO, logger="gfd"):
         for _ in answers:
             daemon.run_pass()
+    # The first failure ends a daemon whose init errors are fatal: nothing to add. Later ones point on.
+    doctor = "; `gfd doctor` on this node checks every layer"
     assert caplog.messages == [
         "driver: not loaded",
         "pass succeeded again (backend mock)",
-        "driver: not loaded; the labels already written stay",
-        "hardware: GPU 0 lost; the labels already written stay",
+        f"driver: not loaded; the labels already written stay{doctor}",
+        f"hardware: GPU 0 lost; the labels already written stay{doctor}",
         "pass succeeded again (backend mock)",
-        "driver: not loaded; the labels already written stay",
+        f"driver: not loaded; the labels already written stay{doctor}",
     ]
 
 
