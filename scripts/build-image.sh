@@ -11,18 +11,55 @@
 # Needs root and Debian/PyPI reachability; installs buildah, debootstrap (and qemu-user-static for a
 # foreign ARCH) with apt-get when missing.
 #
-# Environment: ARCH (Debian architecture of the image, default the host's), IMAGE (tag, default
-#   localhost/gpu-labeller:dev, with -ARCH appended for a foreign ARCH), SUITE (default bookworm),
-#   DEBIAN_MIRROR, PROFILE (mock profile inside the image), BUILDAH_ROOT (storage, default .cache/buildah).
+# The image is also tagged REPOSITORY:APPVERSION, APPVERSION being the chart's appVersion, which is the tag
+# the chart pulls when only image.repository is set (-ARCH appended for a foreign ARCH); PUSH=1 pushes it
+# to REPOSITORY:APPVERSION once every check passed. So from a checkout these two use the same image:
+#   REPOSITORY=registry.example.com/gpu-labeller PUSH=1 scripts/build-image.sh
+#   helm install gpu-labeller charts/gpu-labeller -n gpu-labeller --set image.repository=registry.example.com/gpu-labeller
+# `--dry-run` prints the tags and the push target and builds nothing (no root needed).
+#
+# Environment: ARCH (Debian architecture of the image, default the host's), REPOSITORY (default
+#   localhost/gpu-labeller), IMAGE (tag, default REPOSITORY:dev, with -ARCH appended for a foreign ARCH),
+#   PUSH (1: push to REPOSITORY:APPVERSION; registry credentials from `buildah login`), SUITE (default
+#   bookworm), DEBIAN_MIRROR, PROFILE (mock profile inside the image), BUILDAH_ROOT (storage, default
+#   .cache/buildah).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
+
+log() { printf 'build-image: %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+DRY_RUN=0
+case ${1:-} in
+  "") ;;
+  --dry-run) DRY_RUN=1 ;;
+  *) die "unknown argument '$1' (the only one is --dry-run; settings come from the environment)" ;;
+esac
+
 HOST_ARCH=$(dpkg --print-architecture 2>/dev/null || uname -m | sed 's/x86_64/amd64/; s/aarch64/arm64/')
 ARCH=${ARCH:-$HOST_ARCH}
-if [ "$ARCH" = "$HOST_ARCH" ]; then
-  IMAGE=${IMAGE:-localhost/gpu-labeller:dev}
-else
-  IMAGE=${IMAGE:-localhost/gpu-labeller:dev-$ARCH}
+# The tag the chart pulls when only image.repository is set (_helpers.tpl: image.tag defaults to it).
+APP_VERSION=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' charts/gpu-labeller/Chart.yaml)
+[ -n "$APP_VERSION" ] || die "charts/gpu-labeller/Chart.yaml has no appVersion line"
+REPOSITORY=${REPOSITORY:-localhost/gpu-labeller}
+suffix=
+[ "$ARCH" = "$HOST_ARCH" ] || suffix=-$ARCH
+IMAGE=${IMAGE:-$REPOSITORY:dev$suffix}
+APP_IMAGE=$REPOSITORY:$APP_VERSION$suffix
+PUSH=${PUSH:-0}
+case $PUSH in
+  0) PUSH_TO= ;;
+  # One architecture per push, under the tag the chart pulls; a mixed cluster needs a manifest list.
+  1) PUSH_TO=docker://$REPOSITORY:$APP_VERSION ;;
+  *) die "PUSH=$PUSH: 1 pushes, 0 (the default) does not" ;;
+esac
+case $REPOSITORY in
+  localhost/*) [ -z "$PUSH_TO" ] || die "PUSH=1 needs REPOSITORY set to your registry (it is $REPOSITORY)" ;;
+esac
+if [ "$DRY_RUN" = 1 ]; then
+  printf 'image=%s\ntag=%s\npush=%s\nhelm=--set image.repository=%s\n' "$IMAGE" "$APP_IMAGE" "$PUSH_TO" "$REPOSITORY"
+  exit 0
 fi
 SUITE=${SUITE:-bookworm}
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
@@ -32,8 +69,6 @@ BASE_DIR=$ROOT/.cache/image-base
 BASE_TAR=$BASE_DIR/debian-$SUITE-$ARCH-python3.tar
 BASE_IMAGE=localhost/gpu-labeller-base:$SUITE-python3-$ARCH
 
-log() { printf 'build-image: %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
 # Exit status 3: this host cannot run ARCH's programs (the reason is the last line); nothing was wrong.
 cannot_emulate() { log "cannot emulate $ARCH: $*"; exit 3; }
 
@@ -180,3 +215,12 @@ assert out["rejected"] == [], out["rejected"]
 print(f"build-image: nfd-lite would set {len(labels)} labels, e.g. nvidia.com/gpu.product={labels.get('nvidia.com/gpu.product')}", file=sys.stderr)
 PY
 log "ok: $IMAGE runs gfd and nfd-lite as uid 65532"
+
+"${BUILDAH[@]}" tag "$IMAGE" "$APP_IMAGE"
+log "tagged $APP_IMAGE (the chart's appVersion)"
+# The previous build that tag held is a full copy under vfs: drop it now that nothing names it.
+"${BUILDAH[@]}" rmi --prune >/dev/null 2>&1 || true
+if [ -n "$PUSH_TO" ]; then
+  "${BUILDAH[@]}" push --quiet "$APP_IMAGE" "$PUSH_TO" || die "pushing $APP_IMAGE to $PUSH_TO failed (credentials: buildah login)"
+  log "pushed $PUSH_TO; install with: --set image.repository=$REPOSITORY"
+fi
