@@ -470,6 +470,43 @@ def test_rendered_args_are_accepted_by_the_programs(tools: Tools, tmp_path: Path
     assert [str(d) for d in args.dirs] == [f"{FEATURE_DIR}/source.d"]
 
 
+def test_gfd_is_ready_only_while_it_labels_a_gpu_and_not_restarted_for_finding_none(
+    rendered: dict[tuple[str, str], str],
+) -> None:
+    """The gfd container's readiness is gfd's own /readyz (503 while its last pass found no GPU), asked on
+    the port gfd serves it on; liveness stays a TCP check, since a restart brings no GPU back."""
+    import urllib.error
+    import urllib.request
+
+    from gfd.config import load_settings
+    from gfd.metrics import PrometheusMetrics
+
+    probes = set()
+    for entry in MATRIX:
+        found = containers(documents(rendered["helm3", entry]))
+        if "gfd" not in found:
+            continue
+        gfd = found["gfd"]
+        ready, live = gfd["readinessProbe"], gfd["livenessProbe"]
+        ports = {p["name"]: p["containerPort"] for p in gfd["ports"]}
+        # The address as gfd reads it (only the flags that need no file mounted here).
+        flags = [a for a in gfd["args"] if a.startswith("--metrics-address=")]
+        address = load_settings(flags, {}).metrics_address
+        assert address is not None and ports[ready["httpGet"]["port"]] == address[1], entry
+        assert "httpGet" not in live and ports[live["tcpSocket"]["port"]] == address[1], entry
+        probes.add(ready["httpGet"]["path"])
+    (path,) = probes
+
+    # gfd answers that path, and before a pass has found a GPU it answers not ready.
+    server = PrometheusMetrics().serve("127.0.0.1", 0)
+    try:
+        with pytest.raises(urllib.error.HTTPError) as answer:
+            urllib.request.urlopen(f"http://127.0.0.1:{server.server_address[1]}{path}", timeout=5)
+    finally:
+        server.stop()
+    assert answer.value.code == 503
+
+
 def test_prune_mode_runs_only_the_writer_and_is_ready_when_done(rendered: dict[tuple[str, str], str]) -> None:
     docs = documents(rendered["helm3", "prune"])
     (nfd,) = pod_spec(docs)["containers"]
