@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import apiserver_latency  # noqa: E402
+import fleet_view  # noqa: E402
 import gfd_daemon_rss  # noqa: E402
 import gfd_probe  # noqa: E402
 import gfd_vs_nvidia  # noqa: E402
@@ -177,6 +178,11 @@ def apiserver_overhead(x: Context) -> list[Figure]:
     return apiserver_latency.figures()
 
 
+def fleet_view_piece(x: Context) -> list[Figure]:
+
+    return fleet_view.figures(x.installed, runs=x.settings.runs)
+
+
 def nfd_lite_steady_fake(x: Context) -> list[Figure]:
 
     return nfd_lite_steady_state.figures(x.installed, window=x.settings.fake_window)
@@ -216,6 +222,10 @@ EXTRA: dict[str, tuple[str, Piece]] = {  # on demand only
         "nfd-lite alone on the fake API server: requests per node per hour",
         nfd_lite_steady_fake,
     ),
+    "fleet-view": (
+        "gfd fleet vs kubectl get nodes -o json: 1,000 and 5,000 Nodes, wall time, peak RSS",
+        fleet_view_piece,
+    ),
 }
 TABLES = {  # table -> (title, the peer's column)
     "gfd": (
@@ -233,6 +243,7 @@ TABLES = {  # table -> (title, the peer's column)
         "without the binding",
     ),
     "alone": ("Ourselves alone", None),
+    "fleet": ("`gfd fleet` on real kube-apiserver {kube}", "kubectl get nodes -o json"),
 }
 
 

@@ -59,7 +59,7 @@ LABEL_PREFIX = "nvidia.com/bench."  # under an allowed prefix, no GPU Operator c
 # a cluster run by several people and tools has them; gpu-operator's is a foreign label under nvidia.com/.
 # Seven, so that with the kubelet's two entries (the Node, its status) and the writer's the Node holds ten
 # Update entries, the server's cap: past it the server folds the oldest entries into one "ancient-changes"
-# entry, and once the writer's own is folded the policy refuses its every PATCH (a foreign entry changes).
+# entry (which the policy as of 44b1c3a refused; tests/kube/test_busy_node.py covers that merge).
 ADMIN_WRITES = (
     ("label", "kubectl-label", "topology.kubernetes.io/zone=eu-west-1a"),
     ("label", "terraform", "node.kubernetes.io/instance-type=p5.48xlarge"),

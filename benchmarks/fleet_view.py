@@ -1,0 +1,116 @@
+"""`gfd fleet` on a real kube-apiserver holding 1,000 and 5,000 GPU Nodes: wall time and peak RSS of one
+run, beside `kubectl get nodes -o json` (the read an administrator would otherwise start from, with no
+summary) in the same run.
+
+Each Node carries the labels gfd writes for an H100 node (tests/gfd/golden/h100.single.labels), the
+writer's ownership record, and capacity for 8 GPUs; one in fifty is degraded, so the problems table is not
+empty. Run as `python benchmarks/figures.py fleet-view` (on demand, not in a full run: creating 5,000 Nodes
+takes a minute or two).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from _install import Installed  # noqa: E402
+from _measure import Figure, interleaved, run_to_end  # noqa: E402
+
+from gfd.fleet.summary import OWNED  # noqa: E402
+from tests.kube.controlplane import KUBECTL, ControlPlane  # noqa: E402
+
+COUNTS = (1000, 5000)
+GOLDEN = ROOT / "tests" / "gfd" / "golden" / "h100.single.labels"
+
+
+@contextmanager
+def control_plane() -> Iterator[ControlPlane]:
+    tmp = Path(tempfile.mkdtemp(prefix="fleet-view-"))
+    try:
+        with ControlPlane(tmp / "kube") as kube:
+            yield kube
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def grow(kube: ControlPlane, upto: int, have: int) -> None:
+    """Nodes ``have``..``upto``-1, sixteen requests at a time."""
+    labels = dict(line.split("=", 1) for line in GOLDEN.read_text().splitlines() if "=" in line)
+    record = ",".join(sorted(labels))
+
+    def make(i: int) -> None:
+        mine = {**labels, "nvidia.com/gpu.health": "degraded" if i % 50 == 0 else "ok"}
+        body = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": f"gpu-{i:05d}", "labels": mine, "annotations": {OWNED: record}},
+        }
+        kube.must("POST", "/api/v1/nodes", body)
+        status = {"status": {"capacity": {"nvidia.com/gpu": "8"}, "allocatable": {"nvidia.com/gpu": "8"}}}
+        kube.request(
+            "PATCH", f"/api/v1/nodes/gpu-{i:05d}/status", status, content_type="application/merge-patch+json"
+        )
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(make, range(have, upto)))
+
+
+def figures(installed: Installed, counts: tuple[int, ...] = COUNTS, runs: int = 5) -> list[Figure]:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/root")}
+    out: list[Figure] = []
+    with control_plane() as kube:
+        have = 0
+        kubeconfig = str(kube.admin_kubeconfig)
+        for n in counts:
+            grow(kube, n, have)
+            have = n
+
+            def ours() -> dict[str, float]:
+                began = time.perf_counter()
+                used = run_to_end(
+                    [str(installed.python), "-m", "gfd", "fleet", "--json", "--kubeconfig", kubeconfig], env
+                )
+                return {"wall": time.perf_counter() - began, "rss": used.peak_rss_mib}
+
+            def theirs() -> dict[str, float]:
+                began = time.perf_counter()
+                used = run_to_end(
+                    [str(KUBECTL), "--kubeconfig", kubeconfig, "get", "nodes", "-o", "json"], env
+                )
+                return {"wall": time.perf_counter() - began, "rss": used.peak_rss_mib}
+
+            mine, peer = interleaved(runs, ours, theirs)
+            note = (
+                "ours: `gfd fleet --json` (one paginated LIST, 500 Nodes a page, grouped and checked); "
+                "theirs: `kubectl get nodes -o json` (the same Nodes, no summary). Each Node an H100 node's "
+                "labels."
+            )
+            out.append(
+                Figure(
+                    "fleet",
+                    f"wall time, {n} Nodes",
+                    "s",
+                    mine["wall"],
+                    peer["wall"],
+                    digits=2,
+                    note=note if n == counts[0] else "",
+                )
+            )
+            out.append(Figure("fleet", f"peak RSS, {n} Nodes", "MiB", mine["rss"], peer["rss"]))
+    return out
+
+
+if __name__ == "__main__":  # the same as figures.py fleet-view [options]
+    import figures as all_figures
+
+    sys.exit(all_figures.main(["fleet-view", *sys.argv[1:]]))
