@@ -6,8 +6,8 @@ It runs what a cluster runs for the label writer's purposes: authentication of p
 tokens (with the node-name and node-uid claims) and of client certificates (a kubelet's), the Node
 authorizer and RBAC, the default admission plugins including ValidatingAdmissionPolicy plus NodeRestriction,
 server-side validation and the watch cache. Of the controllers only the one that type-checks admission
-policies runs; no kubelet or scheduler: Nodes and Pods are plain objects created here, which is all a
-TokenRequest needs."""
+policies runs; no kubelet, and no scheduler unless a test asks for one (``start_scheduler``): Nodes and Pods
+are plain objects created here, which is all a TokenRequest needs."""
 
 from __future__ import annotations
 
@@ -290,6 +290,33 @@ class ControlPlane:
         if process.poll() is not None:
             log = _tail(self.logs / "kube-controller-manager.log")
             raise ControlPlaneError(f"kube-controller-manager exited with {process.returncode}:\n{log}")
+
+    def start_scheduler(self) -> None:
+        """Opt-in, for tests that let pods be placed by their selectors: the real kube-scheduler with its
+        default profile, as admin, until stop(). No other test gets one (their pods name their node), and
+        none is needed to run a pod: it is only bound. Returns once it has synced its informers (/readyz)."""
+        if not os.access(self.binaries / "kube-scheduler", os.X_OK):
+            raise ControlPlaneError(f"{self.binaries / 'kube-scheduler'} is missing: {BUILD_HINT}")
+        port = free_port()
+        process = self._spawn(
+            "kube-scheduler",
+            [
+                f"--kubeconfig={self.admin_kubeconfig}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",  # for /readyz only, which it serves to anyone
+                f"--cert-dir={self.workdir / 'kube-scheduler'}",
+                "--v=1",
+            ],
+        )
+        insecure = ssl.create_default_context()
+        insecure.check_hostname, insecure.verify_mode = False, ssl.CERT_NONE  # its own self-signed cert
+
+        def ready() -> bool:
+            with urllib.request.urlopen(f"https://127.0.0.1:{port}/readyz", context=insecure, timeout=2) as r:
+                return bool(r.status == 200)
+
+        self._wait(process, "kube-scheduler", ready, 60)
 
     def _wait(self, process: subprocess.Popen[bytes], name: str, ready: Any, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
