@@ -260,6 +260,16 @@ CASES = [
 ]
 
 
+# `kubectl get nodes -l` forms of some of these rules (docs/labels.md), each with the case it equals.
+KUBECTL_SELECTORS = {
+    "nvidia.com/cuda.runtime-version.code>12079": "cuda-12.8-or-newer",
+    "nvidia.com/gpu.memory>40960,nvidia.com/gpu.health!=degraded": "memory-over-40gib-not-degraded",
+    "nvidia.com/gpu.product in (Tesla-T4,Tesla-T4-SHARED)": "product-t4-either",
+    "nvidia.com/mig-1g.5gb.count>7": "mig-1g.5gb-eight",
+    "!nvidia.com/gpu.present": "no-gpu",
+}
+
+
 # ---- the fleet on a control plane of its own, with the real scheduler ----
 
 
@@ -456,9 +466,10 @@ def test_each_pod_lands_where_the_machines_facts_say_or_stays_pending_saying_why
         ]
         assert said and "didn't match Pod's node affinity/selector" in said[-1]["message"], said
 
-    # The cookbook's kubectl line selects the same nodes as the pod with that rule.
-    listed = kube.kubectl("get", "nodes", "-l", "nvidia.com/cuda.runtime-version.code>12079", "-o", "name")
-    assert {line.removeprefix("node/") for line in listed.stdout.split()} == expected["cuda-12.8-or-newer"]
+    # The cookbook's kubectl lines select the same nodes as the pod with the same rule.
+    for selector, case_name in KUBECTL_SELECTORS.items():
+        listed = kube.kubectl("get", "nodes", "-l", selector, "-o", "name").stdout.split()
+        assert {line.removeprefix("node/") for line in listed} == expected[case_name], selector
 
 
 def columns(table: str) -> list[dict[str, str]]:
