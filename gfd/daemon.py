@@ -161,8 +161,10 @@ class Daemon:
         warnings = (*inv.warnings, *labelled.warnings)
         if state.reason is not None:
             # A warning like the backend's own, so that it is said once while it lasts, not every pass.
-            no_gpu = f"{state.reason}; writing no GPU labels{self._unready_note(state.reason, ending=False)}"
-            warnings = (*warnings, no_gpu)
+            # GPUs that all fail are still labelled, as failing (gpu.health).
+            unlabelled = "" if inv.health is not None and inv.health.failures else "; writing no GPU labels"
+            note = self._unready_note(state.reason, ending=False)
+            warnings = (*warnings, f"{state.reason}{unlabelled}{note}")
         self._warn(warnings)
         self._count_gpus(inv)
         labels = labelled.labels
@@ -209,7 +211,7 @@ class Daemon:
         if ending or self.settings.oneshot:
             return ""
         ready = "; not ready: /readyz answers 503 and gfd_no_gpu is 1" if self.metrics.serving else ""
-        # The NVML's own fallback line already says it.
+        # NVML's fallback line (nvml_errors) points there already.
         doctor = "" if "gfd doctor" in line else "; `gfd doctor` on this node checks every layer"
         return f"{ready} until a pass finds a GPU{doctor}" if ready else doctor
 

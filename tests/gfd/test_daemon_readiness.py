@@ -169,7 +169,7 @@ def test_a_feature_file_that_cannot_be_written_is_unready_but_no_missing_gpu(
     assert gauge(metrics, "gfd_no_gpu") == 0  # the GPUs were found: an alert on it must not fire
 
 
-def test_every_gpu_failing_is_no_gpu_to_label() -> None:
+def test_every_gpu_failing_is_no_gpu_to_label(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     lost = GpuFailure(pci_bus_id="0000:07:00.0", index=0, error="NVML_ERROR_GPU_IS_LOST", layer="hardware")
     broken = Inventory(backend="nvml", health=Health(failures=(lost,), on_bus=1))
     state = of_inventory(broken)
@@ -180,6 +180,20 @@ def test_every_gpu_failing_is_no_gpu_to_label() -> None:
         backend="nvml", devices=(Device(index=1, name="NVIDIA A100"),), health=broken.health
     )
     assert of_inventory(one_answers).ready  # degraded, said by the labels and gfd_gpus_failing: still ready
+
+    class Broken:
+        name = "nvml"
+
+        def probe(self) -> Inventory:
+            return broken
+
+    settings = load_settings([f"--output-file={tmp_path / 'gfd'}"], {})
+    daemon = Daemon(settings, detect_fn=lambda *a, **k: (Broken(), None))
+    with caplog.at_level(logging.WARNING, logger="gfd"):
+        result = daemon.run_pass()
+    assert result.ok and (result.labels or {})["nvidia.com/gpu.health.failing"] == "1"  # labelled as failing
+    assert caplog.messages == [f"{state.reason}{DOCTOR}"]  # so not "writing no GPU labels"
+    assert daemon.readiness == state
 
 
 def test_a_oneshot_run_says_no_gpu_as_before_without_the_daemon_s_readiness(
