@@ -455,7 +455,8 @@ def test_an_expiry_is_added_when_missing_and_dropped_when_no_longer_wanted() -> 
 def test_a_failure_is_logged_once_while_it_repeats_and_the_recovery_once(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    good = Inventory(backend="mock", driver_version="550.54.15", devices=(Device(index=0, name="NVIDIA A100"),))
+    a100 = Device(index=0, name="NVIDIA A100")
+    good = Inventory(backend="mock", driver_version="550.54.15", devices=(a100,))
     not_loaded, lost = BackendError("driver", "not loaded"), BackendError("hardware", "GPU 0 lost")
     answers = [not_loaded, good, not_loaded, not_loaded, not_loaded, lost, good, good, not_loaded]
     daemon = scripted_daemon(tmp_path, Scripted(*answers))
