@@ -343,8 +343,12 @@ def test_bottlerocket_volume_mount_request(rendered: dict[tuple[str, str], str])
     assert "emptyDir" in vol
 
 
+def _test_hook(doc: dict[str, Any]) -> bool:
+    return (doc["metadata"].get("annotations") or {}).get("helm.sh/hook") == "test"
+
+
 def _policy(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    return next(d for d in by_kind(docs, "NetworkPolicy") if not d["metadata"]["name"].endswith("-test"))
+    return next(d for d in by_kind(docs, "NetworkPolicy") if not _test_hook(d))
 
 
 def test_network_policy_only_metrics_in_dns_and_api_out(rendered: dict[tuple[str, str], str]) -> None:
@@ -360,8 +364,12 @@ def test_network_policy_only_metrics_in_dns_and_api_out(rendered: dict[tuple[str
     assert api["to"] == [{"ipBlock": {"cidr": "10.0.0.5/32"}}]
     assert {p["port"] for p in api["ports"]} == {443, 6443}
     # The test pod gets a deny-all policy of its own.
-    test_np = next(d for d in by_kind(docs, "NetworkPolicy") if d["metadata"]["name"].endswith("-test"))
+    test_np = next(d for d in by_kind(docs, "NetworkPolicy") if _test_hook(d))
     assert "ingress" not in test_np["spec"] and "egress" not in test_np["spec"]
+    assert (
+        test_np["spec"]["podSelector"]["matchLabels"].items()
+        <= one(docs, "Pod")["metadata"]["labels"].items()
+    )
 
 
 def test_network_policy_admits_no_scraper_unless_named(rendered: dict[tuple[str, str], str]) -> None:
