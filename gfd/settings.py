@@ -205,8 +205,8 @@ class Settings:
         "--expiry", "GFD_EXPIRY", parse_interval, "how long written labels stay valid, or 'infinite'",
         metavar="DURATION", shown_default=f"{EXPIRY_INTERVALS} sleep intervals; none in oneshot mode"))
     metrics_address: tuple[str, int] | None = field(default=None, metadata=flag(
-        "--metrics-address", "GFD_METRICS_ADDRESS", parse_address, "serve Prometheus metrics and /readyz on HOST:PORT",
-        metavar="HOST:PORT", shown_default="off"))
+        "--metrics-address", "GFD_METRICS_ADDRESS", parse_address,
+        "serve Prometheus metrics and /readyz on HOST:PORT", metavar="HOST:PORT", shown_default="off"))
     use_node_feature_api: bool = field(default=False, metadata=flag(  # gfd always writes the feature file
         "--use-node-feature-api", ("GFD_USE_NODE_FEATURE_API", "USE_NODE_FEATURE_API"), parse_bool,
         "accepted for compatibility: gfd has no Kubernetes identity, labels always go through the feature "
