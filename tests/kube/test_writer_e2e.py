@@ -79,11 +79,11 @@ def test_bad_input_never_reaches_the_api(
         and e["responseStatus"]["code"] >= 400
     ]
     probe = f"/api/v1/nodes/{node}?fieldManager=nfd-lite&dryRun=All"
-    # Nothing is refused but the start-up check's probes: a label on another Node, and a reserved label
-    # and a taint on its own, each a dry run.
+    # Nothing is refused but the start-up check's probes: a label on another Node, and a reserved label,
+    # a taint and a forged managedFields entry on its own, each a dry run.
     own = [e["requestURI"] for e in refused if f"/nodes/{node}" in e["requestURI"]]
     other = [e["requestURI"] for e in refused if f"/nodes/{node}" not in e["requestURI"]]
-    assert own == [probe, probe], refused
+    assert own == [probe, probe, probe], refused
     assert len(other) == 1 and other[0].endswith("?fieldManager=nfd-lite&dryRun=All"), refused
 
 
