@@ -257,6 +257,15 @@ class ControlPlane:
                 events.append(event)
         return events
 
+    def apply_policies(self, manifests: str) -> None:
+        """``kubectl apply --server-side --force-conflicts`` of admission policies or bindings (YAML or JSON
+        documents), as the tests' own field manager, then ``settle_policies``."""
+        self.kubectl(
+            "apply", "--server-side", "--force-conflicts", "--field-manager=gpu-labeller-tests", "-f", "-",
+            stdin=manifests,
+        )  # fmt: skip
+        self.settle_policies()
+
     def settle_policies(self) -> None:
         """Call after changing an admission policy or binding, before the writer's token sends a request the
         policy evaluates. Below 1.37 kube-apiserver dies with a Go fatal error when a writer's request is

@@ -41,11 +41,7 @@ def namespace(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]
 
 
 def apply(kube: ControlPlane, docs: list[dict[str, Any]]) -> None:
-    kube.kubectl(
-        "apply", "--server-side", "--force-conflicts", "--field-manager=gpu-labeller-tests", "-f", "-",
-        stdin=yaml.safe_dump_all(docs),
-    )  # fmt: skip
-    kube.settle_policies()
+    kube.apply_policies(yaml.safe_dump_all(docs))
 
 
 class Policy:

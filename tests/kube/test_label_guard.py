@@ -78,11 +78,7 @@ class Guard:
         for doc in docs:
             if doc["kind"] == "ValidatingAdmissionPolicyBinding":
                 doc["spec"]["validationActions"] = actions
-        self.kube.kubectl(
-            "apply", "--server-side", "--force-conflicts", "--field-manager=gpu-labeller-tests", "-f", "-",
-            stdin=yaml.safe_dump_all(docs),
-        )  # fmt: skip
-        self.kube.settle_policies()
+        self.kube.apply_policies(yaml.safe_dump_all(docs))
         if "Deny" in actions:
             self._wait(lambda a: a.status == 403 and POLICY in a.message, "denying")
         else:

@@ -399,17 +399,7 @@ def _without_node_rules(policy: dict[str, Any]) -> dict[str, Any]:
 
 
 def _apply(kube: ControlPlane, *documents: dict[str, Any]) -> None:
-    text = "\n---\n".join(json.dumps(d) for d in documents)
-    kube.kubectl(
-        "apply",
-        "--server-side",
-        "--force-conflicts",
-        "--field-manager=gpu-labeller-tests",
-        "-f",
-        "-",
-        stdin=text,
-    )
-    kube.settle_policies()
+    kube.apply_policies("\n---\n".join(json.dumps(d) for d in documents))
 
 
 def _dry_run(kube: ControlPlane, node: str, patch: dict[str, Any], token: str) -> ApiResponse:

@@ -42,19 +42,6 @@ def plane(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
         yield kube
 
 
-def _apply(kube: ControlPlane, text: str) -> None:
-    kube.kubectl(
-        "apply",
-        "--server-side",
-        "--force-conflicts",
-        "--field-manager=gpu-labeller-tests",
-        "-f",
-        "-",
-        stdin=text,
-    )
-    kube.settle_policies()  # before the writer's token sends anything the changed policy evaluates
-
-
 def _forged_entry_admitted(kube: ControlPlane, token: str) -> bool:
     """Whether a dry run adding another manager's managedFields entry to OWN is admitted: what tells the
     previous policy from the current one."""
@@ -87,7 +74,7 @@ def test_the_previous_policy_of_the_same_name_fails_the_check(plane: ControlPlan
     token = kube.pod_token(OWN)
     assert not _forged_entry_admitted(kube, token), "the current policy admits a forged managedFields entry"
     try:
-        _apply(kube, PREVIOUS.read_text())
+        kube.apply_policies(PREVIOUS.read_text())
         assert eventually(lambda: _forged_entry_admitted(kube, token), timeout=60, interval=0.25)
         before = _versions(kube)
         writer = PodWriter(kube, tmp_path, OWN, "--oneshot")
@@ -163,7 +150,7 @@ def test_a_binding_deleted_under_the_running_writer_makes_it_unready_until_resto
             lines = [line for line in writer.output().splitlines() if "no longer fences this writer" in line]
             assert len(lines) == 1, writer.output()
 
-            _apply(kube, json.dumps(_binding()))
+            kube.apply_policies(json.dumps(_binding()))
             assert eventually(lambda: _get(port, "/readyz") == (200, "ok\n"), timeout=60), writer.output()
             assert _enforced(port) == 1
             assert f"the admission policy '{POLICY}' fences this writer again" in writer.output()
