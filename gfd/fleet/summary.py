@@ -94,9 +94,7 @@ def _int(text: str | None) -> int | None:
         return None
 
 
-def _count_problem(
-    name: str, labels: Mapping[str, str], capacity: Mapping[str, str], dra: int | None
-) -> str | None:
+def _count_problem(labels: Mapping[str, str], capacity: Mapping[str, str], dra: int | None) -> str | None:
     """gpu.count against what the scheduler can hand out: the device plugin's capacity (times the
     time-slicing replicas), or the DRA driver's GPUs. Under the mixed MIG strategy full GPUs and MIG devices
     are separate resources, so capacity is not comparable and is not checked."""
@@ -170,7 +168,7 @@ def summarize(
         tally = groups.setdefault(key, [0, 0])
         tally[0] += 1
         tally[1] += gpus
-        if (why := _count_problem(name, labels, capacity, dra_gpus.get(name))) is not None:
+        if (why := _count_problem(labels, capacity, dra_gpus.get(name))) is not None:
             problems.append(Problem(name, COUNT_MISMATCH, why))
         if health == "degraded":
             failing = labels.get(FAILING)
