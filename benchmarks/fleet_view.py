@@ -11,13 +11,9 @@ takes a minute or two).
 from __future__ import annotations
 
 import os
-import shutil
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,22 +21,13 @@ sys.path.insert(0, str(ROOT))
 
 from _install import Installed  # noqa: E402
 from _measure import Figure, interleaved, run_to_end  # noqa: E402
+from policy_cost import control_plane  # noqa: E402
 
 from gfd.fleet.summary import OWNED  # noqa: E402
 from tests.kube.controlplane import KUBECTL, ControlPlane  # noqa: E402
 
 COUNTS = (1000, 5000)
 GOLDEN = ROOT / "tests" / "gfd" / "golden" / "h100.single.labels"
-
-
-@contextmanager
-def control_plane() -> Iterator[ControlPlane]:
-    tmp = Path(tempfile.mkdtemp(prefix="fleet-view-"))
-    try:
-        with ControlPlane(tmp / "kube") as kube:
-            yield kube
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def grow(kube: ControlPlane, upto: int, have: int) -> None:
@@ -68,7 +55,7 @@ def grow(kube: ControlPlane, upto: int, have: int) -> None:
 def figures(installed: Installed, counts: tuple[int, ...] = COUNTS, runs: int = 5) -> list[Figure]:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/root")}
     out: list[Figure] = []
-    with control_plane() as kube:
+    with control_plane("fleet-view-") as kube:
         have = 0
         kubeconfig = str(kube.admin_kubeconfig)
         for n in counts:

@@ -270,9 +270,10 @@ class Binding:
 
 
 @contextmanager
-def control_plane() -> Iterator[ControlPlane]:
-    """A control plane of its own: nothing else (no NFD, no writers) spends the server's CPU."""
-    tmp = Path(tempfile.mkdtemp(prefix="policy-cost-"))
+def control_plane(prefix: str = "policy-cost-") -> Iterator[ControlPlane]:
+    """A control plane of its own: nothing else (no NFD, no writers) spends the server's CPU. Its logs are
+    kept (and said where) if the run fails."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
     try:
         with ControlPlane(tmp / "kube") as kube:
             yield kube
