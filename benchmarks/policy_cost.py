@@ -8,7 +8,7 @@ of the policy can be compared (``git show REV:rbac/admission-policy.yaml > /tmp/
 count N of owned labels, a Node set up the way a cluster has it: registered by a "kubelet" (labels,
 annotations and a status of its own, under field manager ``kubelet``), then the writer's first write with
 its pod-bound token (N labels under nvidia.com/ and the ownership record listing them, one merge patch
-with fieldManager=nfd-lite, as nfd_lite/reconciler.py plans it), then seven administrators' ``kubectl
+with fieldManager=nfd-lite, as nfd_lite/node/reconciler.py plans it), then seven administrators' ``kubectl
 label`` / ``kubectl annotate`` writes under field managers of their own (the GPU Operator's deploy label
 among them): ten managedFields entries, the most the server keeps apart, which the policy checks on
 every writer PATCH.
@@ -44,8 +44,8 @@ sys.path.insert(0, str(ROOT))
 
 from _measure import Figure, interleaved, thread_cpu_seconds  # noqa: E402
 
-from nfd_lite.client import FIELD_MANAGER, MERGE_PATCH, USER_AGENT  # noqa: E402
-from nfd_lite.reconciler import OWNED_ANNOTATION  # noqa: E402
+from nfd_lite.api.client import FIELD_MANAGER, MERGE_PATCH, USER_AGENT  # noqa: E402
+from nfd_lite.node.reconciler import OWNED_ANNOTATION  # noqa: E402
 from tests.kube.controlplane import WRITER_NAMESPACE, ControlPlane  # noqa: E402
 from tests.kube.nfd import KUBELET_ANNOTATIONS, KUBELET_LABELS  # noqa: E402
 

@@ -13,14 +13,14 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from hostport import parse_address
-from nfd_lite.features import FeatureState, now_utc
-from nfd_lite.limits import Limits
-from nfd_lite.policy import DEFAULT_ALLOW_PREFIXES, Policy, allow_key_problem, allow_prefix_problem
-from nfd_lite.reconciler import OWNED_ANNOTATION, NodeState
+from nfd_lite.files.features import FeatureState, now_utc
+from nfd_lite.files.limits import Limits
+from nfd_lite.files.policy import DEFAULT_ALLOW_PREFIXES, Policy, allow_key_problem, allow_prefix_problem
+from nfd_lite.node.reconciler import OWNED_ANNOTATION, NodeState
 from nfd_lite.settings import WriterSettings
 
 if TYPE_CHECKING:
-    from nfd_lite.client import NodeApi
+    from nfd_lite.api.client import NodeApi
 
 log = logging.getLogger("nfd_lite")
 DISTRIBUTION = "gpu-labeller"  # the package nfd-lite ships in; --version reports its version
@@ -229,7 +229,9 @@ def dry_run(
     """What a sync pass would send to a node that carries nothing yet; reads files only. Lines dropped
     because their +expiry-time has passed are listed (and logged at info), since they explain a label
     that is missing."""
-    from nfd_lite.sync import plan_pass  # the planning a real pass does; imported here as it loads the client
+    from nfd_lite.node.sync import (
+        plan_pass,  # the planning a real pass does; imported here as it loads the client
+    )
 
     settings = WriterSettings("", dirs, policy=policy, limits=limits or Limits(), overwrite=overwrite)
     state = FeatureState(dirs, policy, settings.limits)
@@ -264,22 +266,22 @@ def _light_kubernetes_import() -> None:
 
 
 def _api(args: argparse.Namespace) -> NodeApi:
-    from nfd_lite.client import NodeApi
+    from nfd_lite.api.client import NodeApi
 
     if args.kubeconfig:
         _light_kubernetes_import()  # the kubeconfig loader is the official client's
-        from nfd_lite.kubeconfig import kubeconfig_connection
+        from nfd_lite.api.kubeconfig import kubeconfig_connection
 
         return NodeApi(kubeconfig_connection(args.kubeconfig), args.node_name)
-    from nfd_lite.incluster import in_cluster_connection
+    from nfd_lite.api.incluster import in_cluster_connection
 
     return NodeApi(in_cluster_connection(), args.node_name)
 
 
 def _run(args: argparse.Namespace, policy: Policy, dirs: list[Path]) -> int:
-    from nfd_lite.apierrors import AccessDenied, ApiError, explain
-    from nfd_lite.prune import prune
-    from nfd_lite.selfcheck import PolicyNotEnforced
+    from nfd_lite.api.errors import AccessDenied, ApiError, explain
+    from nfd_lite.node.prune import prune
+    from nfd_lite.node.selfcheck import PolicyNotEnforced
     from nfd_lite.service import Service, StartupError
 
     if args.overwrite and args.command == "run" and not args.allow_without_admission_policy:
@@ -377,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if not args.node_name:
             raise UsageError("--node-name (or env NODE_NAME) is required")
-        from nfd_lite.clientconfig import ClientConfigError
+        from nfd_lite.api.clientconfig import ClientConfigError
 
         try:
             return _run(args, policy, dirs)

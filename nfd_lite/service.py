@@ -11,19 +11,19 @@ from __future__ import annotations
 import logging
 import threading
 
-from nfd_lite.client import NodeApi
-from nfd_lite.features import FeatureState
+from nfd_lite.api.client import NodeApi
+from nfd_lite.api.retry import Outage, RetryPolicy, Stopped
+from nfd_lite.files.features import FeatureState
+from nfd_lite.files.scanreport import ScanReporter
+from nfd_lite.files.watcher import DirWatcher
 from nfd_lite.health import HealthServer
-from nfd_lite.inbox import Inbox
-from nfd_lite.loop import MainLoop
 from nfd_lite.metrics import WriterMetrics
-from nfd_lite.nodewatch import NodeWatch
-from nfd_lite.retry import Outage, RetryPolicy, Stopped
-from nfd_lite.scanreport import ScanReporter
-from nfd_lite.selfcheck import PolicyNotEnforced
+from nfd_lite.node.inbox import Inbox
+from nfd_lite.node.loop import MainLoop
+from nfd_lite.node.nodewatch import NodeWatch
+from nfd_lite.node.selfcheck import PolicyNotEnforced
+from nfd_lite.node.sync import NodeSync
 from nfd_lite.settings import WriterSettings
-from nfd_lite.sync import NodeSync
-from nfd_lite.watcher import DirWatcher
 
 log = logging.getLogger(__name__)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nfd_lite.limits import Limits
-from nfd_lite.policy import Policy
+from nfd_lite.files.limits import Limits
+from nfd_lite.files.policy import Policy
 
 
 @dataclass

@@ -8,7 +8,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from nfd_lite.client import NodeApi
+from nfd_lite.api.client import NodeApi
 from nfd_lite.service import Service
 from nfd_lite.settings import WriterSettings
 from tests.waiting import eventually, write_atomic

@@ -12,7 +12,7 @@ import featurefile
 from featurefile import Directive, Entry, format_expiry, parse_expiry, parse_line, render
 from gfd.writer import HEADER
 from gfd.writer import render as gfd_render
-from nfd_lite.labelline import parse_text
+from nfd_lite.files.labelline import parse_text
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 

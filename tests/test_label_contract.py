@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from gfd.writer import render
-from nfd_lite.labelline import parse_text
-from nfd_lite.policy import Policy
+from nfd_lite.files.labelline import parse_text
+from nfd_lite.files.policy import Policy
 
 GOLDEN = Path(__file__).parent / "gfd" / "golden"
 GOLDEN_FILES = sorted(GOLDEN.glob("*.labels"))

@@ -23,7 +23,7 @@ FAILING = "nvidia.com/gpu.health.failing"
 REPLICAS = "nvidia.com/gpu.replicas"
 MIG_STRATEGY = "nvidia.com/mig.strategy"
 NVIDIA_PCI = "feature.node.kubernetes.io/pci-10de.present"
-OWNED = "gpu-labeller.io/owned-labels"  # the label writer's ownership record (nfd_lite/reconciler.py)
+OWNED = "gpu-labeller.io/owned-labels"  # the label writer's ownership record (nfd_lite/node/reconciler.py)
 GPU_RESOURCE = "nvidia.com/gpu"
 
 # The label families gfd writes; a key of them on a Node that the writer's record does not list was set by

@@ -117,7 +117,7 @@ def test_schema_refuses_exactly_the_prefixes_nfd_lite_refuses(
     tools: Tools, tmp_path: Path, which: str, prefix: str
 ) -> None:
     # A prefix nfd-lite would refuse fails at helm install instead of as a crash-looping pod.
-    from nfd_lite.policy import allow_prefix_problem
+    from nfd_lite.files.policy import allow_prefix_problem
 
     values = {"nfdLite": {"allowPrefixes": [prefix]}}
     proc = run_helm(tools, which, "lint", "--strict", str(CHART), values=values, tmp=tmp_path)

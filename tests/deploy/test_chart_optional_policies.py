@@ -18,8 +18,8 @@ import pytest
 import yaml
 from kubernetes_validate.utils import latest_version
 
-from nfd_lite.policy import CONTROL_LABELS, DEFAULT_ALLOW_KEYS
-from nfd_lite.reconciler import OWNED_ANNOTATION
+from nfd_lite.files.policy import CONTROL_LABELS, DEFAULT_ALLOW_KEYS
+from nfd_lite.node.reconciler import OWNED_ANNOTATION
 from tests.apiserver.admission import Admission, Request
 from tests.apiserver.auth import UserInfo
 from tests.apiserver.status import ApiError

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from kubernetes_validate.utils import latest_version
 
-from nfd_lite.policy import Policy
+from nfd_lite.files.policy import Policy
 from tests.deploy.chart import CHART, HELMS, REPO, Tools, documents, one, run_helm
 from tests.deploy.pss import level
 from tests.deploy.test_chart import _selects

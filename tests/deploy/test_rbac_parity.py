@@ -116,7 +116,7 @@ def test_admission_policy_can_be_left_out(rendered: dict[tuple[str, str], str]) 
 
 
 def test_chart_prefixes_are_the_writers_defaults() -> None:
-    from nfd_lite.policy import DEFAULT_ALLOW_PREFIXES
+    from nfd_lite.files.policy import DEFAULT_ALLOW_PREFIXES
     from tests.deploy.chart import CHART
 
     values = yaml.safe_load((CHART / "values.yaml").read_text())

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from nfd_lite.reconciler import OWNED_ANNOTATION
+from nfd_lite.node.reconciler import OWNED_ANNOTATION
 from tests.kube.controlplane import ApiResponse, ControlPlane
 from tests.kube.fixtures import RBAC_DIR, RELEASES, newest_and_oldest
 from tests.kube.helm import type_check_warnings

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from nfd_lite.reconciler import OWNED_ANNOTATION
+from nfd_lite.node.reconciler import OWNED_ANNOTATION
 from tests.kube.controlplane import ApiResponse, ControlPlane
 from tests.kube.fixtures import RELEASES, newest_and_oldest
 from tests.kube.writer import PodWriter, eventually

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nfd_lite.reconciler import OWNED_ANNOTATION
+from nfd_lite.node.reconciler import OWNED_ANNOTATION
 from tests.deploy.chart import API_SERVER, NAMESPACE, by_kind, documents, merged, render
 from tests.kube.controlplane import ControlPlane
 from tests.kube.helm import TOOLS

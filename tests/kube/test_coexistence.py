@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from nfd_lite.reconciler import OWNED_ANNOTATION
+from nfd_lite.node.reconciler import OWNED_ANNOTATION
 from tests.kube.controlplane import ControlPlane
 from tests.kube.writer import ThreadWriter, eventually
 

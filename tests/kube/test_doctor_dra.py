@@ -19,8 +19,10 @@ from typing import Any
 
 import pytest
 
-from gfd.doctor import kubernetes, runner
-from gfd.doctor.model import Context, Finding
+from gfd.doctor import engine
+from gfd.doctor.host import kubernetes, runner
+from gfd.doctor.host.context import Context
+from gfd.doctor.model import Finding
 from tests.kube.controlplane import ControlPlane
 from tests.parity import peers
 
@@ -225,6 +227,6 @@ def test_from_a_workstation_the_whole_doctor_still_compares_the_drivers_slices(
 
     checks = runner.run(Context(host_root=workstation, node=node, kubeconfig=kube.admin_kubeconfig, env={}))
 
-    assert runner.first_failure(checks) == checks[0] and checks[0].layer == 1
+    assert engine.first_failure(checks) == checks[0] and checks[0].layer == 1
     (got,) = [c for c in checks if c.name == "Kubernetes: dra"]
     assert got.status == "FAIL" and "nvidia.com/gpu.count: driver 7, label 8" in got.evidence

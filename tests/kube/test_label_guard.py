@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from nfd_lite.reconciler import OWNED_ANNOTATION
+from nfd_lite.node.reconciler import OWNED_ANNOTATION
 from tests.kube.controlplane import ROOT, ApiResponse, ControlPlane
 from tests.kube.fixtures import RBAC_DIR, RELEASES, newest_and_oldest
 from tests.kube.helm import type_check_warnings

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 import yaml
 
-from nfd_lite.apierrors import Gone
-from nfd_lite.client import NodeApi
-from nfd_lite.kubeconfig import kubeconfig_connection
-from nfd_lite.reconciler import OWNED_ANNOTATION
-from nfd_lite.selfcheck import OTHER_NODES, RESERVED_LABELS, TAINTS
+from nfd_lite.api.client import NodeApi
+from nfd_lite.api.errors import Gone
+from nfd_lite.api.kubeconfig import kubeconfig_connection
+from nfd_lite.node.reconciler import OWNED_ANNOTATION
+from nfd_lite.node.selfcheck import OTHER_NODES, RESERVED_LABELS, TAINTS
 from nfd_lite.service import Service
 from nfd_lite.settings import WriterSettings
 from tests.kube.controlplane import OLDEST_BINARIES, ApiResponse, ControlPlane

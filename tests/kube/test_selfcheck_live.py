@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from nfd_lite.selfcheck import MANAGED_FIELDS, OTHER_NODES, RESERVED_LABELS, TAINTS
+from nfd_lite.node.selfcheck import MANAGED_FIELDS, OTHER_NODES, RESERVED_LABELS, TAINTS
 from tests.kube.controlplane import BINARIES, OLDEST_BINARIES, ControlPlane, free_port
 from tests.kube.fixtures import RBAC_DIR, RELEASES, apply_rbac
 from tests.kube.writer import PodWriter, eventually

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nfd_lite.reconciler import OWNED_ANNOTATION
+from nfd_lite.node.reconciler import OWNED_ANNOTATION
 from tests.kube.controlplane import ControlPlane
 from tests.kube.writer import ThreadWriter, eventually
 

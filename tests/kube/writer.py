@@ -11,8 +11,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from nfd_lite.client import NodeApi
-from nfd_lite.kubeconfig import kubeconfig_connection
+from nfd_lite.api.client import NodeApi
+from nfd_lite.api.kubeconfig import kubeconfig_connection
 from tests.kube.controlplane import ControlPlane
 from tests.kube.process import LoggedProcess
 from tests.service_thread import ServiceThread

@@ -10,17 +10,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nfd_lite.client import NodeApi
-from nfd_lite.features import FeatureState
-from nfd_lite.inbox import Inbox
-from nfd_lite.kubeconfig import kubeconfig_connection
+from nfd_lite.api.client import NodeApi
+from nfd_lite.api.kubeconfig import kubeconfig_connection
+from nfd_lite.api.retry import Outage, RetryPolicy
+from nfd_lite.files.features import FeatureState
+from nfd_lite.files.policy import DEFAULT_ALLOW_PREFIXES, Policy
+from nfd_lite.files.scanreport import ScanReporter
 from nfd_lite.metrics import WriterMetrics
-from nfd_lite.policy import DEFAULT_ALLOW_PREFIXES, Policy
-from nfd_lite.reconciler import OWNED_ANNOTATION
-from nfd_lite.retry import Outage, RetryPolicy
-from nfd_lite.scanreport import ScanReporter
+from nfd_lite.node.inbox import Inbox
+from nfd_lite.node.reconciler import OWNED_ANNOTATION
+from nfd_lite.node.sync import NodeSync
 from nfd_lite.settings import WriterSettings
-from nfd_lite.sync import NodeSync
 from tests.apiserver.server import FakeApiServer
 from tests.service_thread import ServiceThread
 from tests.waiting import eventually, write_atomic

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-from nfd_lite.features import FeatureState
-from nfd_lite.policy import Policy
-from nfd_lite.rejections import Rejection
+from nfd_lite.files.features import FeatureState
+from nfd_lite.files.policy import Policy
+from nfd_lite.files.rejections import Rejection
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from nfd_lite.apierrors import ApiError
-from nfd_lite.selfcheck import MANAGED_FIELDS, TAINTS, AdmissionCheck
+from nfd_lite.api.errors import ApiError
+from nfd_lite.node.selfcheck import MANAGED_FIELDS, TAINTS, AdmissionCheck
 from nfd_lite.settings import WriterSettings
 from promtext import Gauge, Registry
 from tests.apiserver.server import FakeApiServer

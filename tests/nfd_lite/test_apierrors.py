@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from nfd_lite.apierrors import (
+from nfd_lite.api.errors import (
     AccessDenied,
     AdmissionRefused,
     ApiError,

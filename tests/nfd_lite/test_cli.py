@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from nfd_lite.cli import build_parser, main
-from nfd_lite.limits import Limits
-from nfd_lite.reconciler import OWNED_ANNOTATION
+from nfd_lite.files.limits import Limits
+from nfd_lite.node.reconciler import OWNED_ANNOTATION
 from nfd_lite.settings import WriterSettings
 from tests.apiserver.server import FakeApiServer
 from tests.nfd_lite.command import NO_POLICY, ROOT, kubeconfig_document, run_nfd_lite
@@ -218,7 +218,7 @@ def test_running_out_of_inotify_instances_is_named_not_blamed_on_the_metrics_por
     def exhausted(self: object) -> None:
         raise OSError(errno.EMFILE, "inotify instance limit reached")
 
-    monkeypatch.setattr("nfd_lite.watcher.DirWatcher.start", exhausted)
+    monkeypatch.setattr("nfd_lite.files.watcher.DirWatcher.start", exhausted)
     argv = ["--kubeconfig", str(kubeconfig), "--node-name", NODE, "--features-dir", str(features), NO_POLICY]
     assert main([*argv, "--metrics-address", ""]) == 2
     err = capsys.readouterr().err.strip().splitlines()

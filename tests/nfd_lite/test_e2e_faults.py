@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from nfd_lite.client import NodeApi
-from nfd_lite.incluster import TokenFile
+from nfd_lite.api.client import NodeApi
+from nfd_lite.api.incluster import TokenFile
 from nfd_lite.service import Service
 from tests.apiserver.server import FakeApiServer
 from tests.nfd_lite.harness import NODE, OTHER_NODE, Writer, eventually, node_api, ours, owned

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from nfd_lite import readfile, scan
-from nfd_lite.features import FeatureState
-from nfd_lite.policy import Policy
+from nfd_lite.files import readfile, scan
+from nfd_lite.files.features import FeatureState
+from nfd_lite.files.policy import Policy
 from tests.nfd_lite.reading import NOW
 
 

@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nfd_lite.cli import dry_run
-from nfd_lite.features import FeatureState
-from nfd_lite.limits import Limits
-from nfd_lite.policy import Policy
-from nfd_lite.reconciler import OWNED_ANNOTATION, NodeState, plan
+from nfd_lite.files.features import FeatureState
+from nfd_lite.files.limits import Limits
+from nfd_lite.files.policy import Policy
+from nfd_lite.node.reconciler import OWNED_ANNOTATION, NodeState, plan
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 # Valid label names, so a reader that followed a symlink to them would turn them into labels or keys.

@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from nfd_lite import labelline, readfile, scan
-from nfd_lite.features import OWNED_TOO_LARGE, TOO_MANY_LABELS, FeatureState, cap_labels
-from nfd_lite.labelline import LabelLine
-from nfd_lite.limits import Limits, ScanBudget
-from nfd_lite.policy import CONTROL, KEY_NOT_ALLOWED, Policy
-from nfd_lite.rejections import TOO_MANY_REJECTIONS
+from nfd_lite.files import labelline, readfile, scan
+from nfd_lite.files.features import OWNED_TOO_LARGE, TOO_MANY_LABELS, FeatureState, cap_labels
+from nfd_lite.files.labelline import LabelLine
+from nfd_lite.files.limits import Limits, ScanBudget
+from nfd_lite.files.policy import CONTROL, KEY_NOT_ALLOWED, Policy
+from nfd_lite.files.rejections import TOO_MANY_REJECTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from nfd_lite.limits import Limits
-from nfd_lite.reconciler import OWNED_ANNOTATION
+from nfd_lite.files.limits import Limits
+from nfd_lite.node.reconciler import OWNED_ANNOTATION
 from nfd_lite.service import Service
 from nfd_lite.settings import WriterSettings
 from tests.apiserver.server import FakeApiServer

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from nfd_lite.apierrors import AdmissionRefused
-from nfd_lite.held import HeldKeys, refused_keys, send_around_refusals
-from nfd_lite.policy import Policy
-from nfd_lite.reconciler import OWNED_ANNOTATION, NodeState, Plan, plan
+from nfd_lite.api.errors import AdmissionRefused
+from nfd_lite.files.policy import Policy
+from nfd_lite.node.held import HeldKeys, refused_keys, send_around_refusals
+from nfd_lite.node.reconciler import OWNED_ANNOTATION, NodeState, Plan, plan
 
 DENIED = (
     "ValidatingAdmissionPolicy 'gpu-labeller-nfd-lite' with binding 'gpu-labeller-nfd-lite' denied request: "

@@ -1,4 +1,4 @@
-"""The Inbox (nfd_lite/inbox.py): what the watching threads hand the main loop, and when it wakes it."""
+"""The Inbox (nfd_lite/node/inbox.py): what the watching threads hand the main loop, and when it wakes it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from nfd_lite.inbox import Inbox
+from nfd_lite.node.inbox import Inbox
 
 
 def node(version: str, **labels: str) -> dict[str, Any]:

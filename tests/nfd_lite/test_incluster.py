@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from nfd_lite.clientconfig import ClientConfigError
-from nfd_lite.incluster import SERVICE_ACCOUNT_DIR, in_cluster_connection
+from nfd_lite.api.clientconfig import ClientConfigError
+from nfd_lite.api.incluster import SERVICE_ACCOUNT_DIR, in_cluster_connection
 from tests.apiserver.tls import make_certificate
 from tests.nfd_lite.command import one_error_line, run_nfd_lite
 from tests.nfd_lite.harness import NODE

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nfd_lite.kubeconfig import kubeconfig_connection
+from nfd_lite.api.kubeconfig import kubeconfig_connection
 from tests.apiserver.server import FakeApiServer
 from tests.nfd_lite.command import NO_POLICY, ROOT, kubeconfig_document, one_error_line, run_nfd_lite
 from tests.nfd_lite.harness import NODE

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from nfd_lite import labelline
+from nfd_lite.files import labelline
 from tests.nfd_lite.reading import NOW
 
 

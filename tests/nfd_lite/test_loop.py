@@ -1,4 +1,4 @@
-"""The main loop's schedule (nfd_lite/loop.py), run on the writer's parts against the fake API server,
+"""The main loop's schedule (nfd_lite/node/loop.py), run on the writer's parts against the fake API server,
 with real inotify and the Node handed in as the watch would: when it runs a pass, and when it reads the
 files again."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from nfd_lite.loop import MainLoop
-from nfd_lite.watcher import DirWatcher
+from nfd_lite.files.watcher import DirWatcher
+from nfd_lite.node.loop import MainLoop
 from tests.apiserver.server import FakeApiServer
 from tests.nfd_lite.harness import NODE, Parts, eventually, ours, parts, write_atomic
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from nfd_lite.labelline import parse_text
-from nfd_lite.merge import Override, merge
+from nfd_lite.files.labelline import parse_text
+from nfd_lite.files.merge import Override, merge
 from tests.nfd_lite.reading import NOW
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nfd_lite.policy import (
+from nfd_lite.files.policy import (
     KEY_NOT_ALLOWED,
     NFD_SOURCE,
     NOT_ALLOWED,

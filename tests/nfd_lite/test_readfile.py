@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import featurefile
-from nfd_lite import readfile
+from nfd_lite.files import readfile
 from tests.nfd_lite.reading import read_dirs
 
 

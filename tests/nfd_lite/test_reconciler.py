@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from nfd_lite.policy import Policy
-from nfd_lite.reconciler import OWNED_ANNOTATION, NodeState, plan
+from nfd_lite.files.policy import Policy
+from nfd_lite.node.reconciler import OWNED_ANNOTATION, NodeState, plan
 
 OTHER = {"kubernetes.io/hostname": "n1", "team.example.com/owner": "ml"}
 MAY_OWN = Policy().may_own

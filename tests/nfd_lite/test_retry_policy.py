@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from nfd_lite.apierrors import Forbidden, explain
-from nfd_lite.policy import Policy
-from nfd_lite.prune import prune
-from nfd_lite.reconciler import OWNED_ANNOTATION
-from nfd_lite.retry import RetryPolicy
+from nfd_lite.api.errors import Forbidden, explain
+from nfd_lite.api.retry import RetryPolicy
+from nfd_lite.files.policy import Policy
+from nfd_lite.node.prune import prune
+from nfd_lite.node.reconciler import OWNED_ANNOTATION
 from tests.apiserver.server import FakeApiServer
 from tests.nfd_lite.harness import NODE, Writer, eventually, node_api, ours
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from nfd_lite.features import FeatureState
+from nfd_lite.files.features import FeatureState
+from nfd_lite.files.policy import Policy
+from nfd_lite.files.scanreport import ScanReporter
 from nfd_lite.metrics import WriterMetrics
-from nfd_lite.policy import Policy
-from nfd_lite.scanreport import ScanReporter
 
 
 def reporter(directory: Path) -> ScanReporter:

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 import yaml
 
-from nfd_lite.apierrors import AdmissionRefused, Forbidden
-from nfd_lite.client import NodeApi
-from nfd_lite.kubeconfig import kubeconfig_connection
-from nfd_lite.policy import Policy
-from nfd_lite.selfcheck import (
+from nfd_lite.api.client import NodeApi
+from nfd_lite.api.errors import AdmissionRefused, Forbidden
+from nfd_lite.api.kubeconfig import kubeconfig_connection
+from nfd_lite.files.policy import Policy
+from nfd_lite.node.selfcheck import (
     MANAGED_FIELDS,
     OTHER_NODES,
     POLICY_ENV,
@@ -229,7 +229,7 @@ def test_on_a_one_node_cluster_the_other_node_probe_is_skipped_and_said(
 ) -> None:
     with FakeApiServer() as server:
         server.add_node(NODE)
-        with caplog.at_level(logging.WARNING, logger="nfd_lite.selfcheck"):
+        with caplog.at_level(logging.WARNING, logger="nfd_lite.node.selfcheck"):
             check_policy(node_api(server, tmp_path))
         assert [r for r in server.requests if r.method == "PATCH" and OTHER_NODE in r.path] == []
     assert f"{OTHER_NODES} is not checked, as there is no other Node (a one-node cluster)" in caplog.text
@@ -246,7 +246,7 @@ def test_a_token_that_may_not_list_other_nodes_skips_that_probe_and_says_why(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     with two_nodes(FakeApiServer(changed_rbac(tmp_path, list_only_own_node, "clusterrole.yaml"))) as server:
-        with caplog.at_level(logging.WARNING, logger="nfd_lite.selfcheck"):
+        with caplog.at_level(logging.WARNING, logger="nfd_lite.node.selfcheck"):
             check_policy(node_api(server, tmp_path))
         assert [r for r in server.requests if r.method == "PATCH" and OTHER_NODE in r.path] == []
     assert f"{OTHER_NODES} is not checked, as this token may not list Nodes" in caplog.text

@@ -1,4 +1,4 @@
-"""One sync pass (nfd_lite/sync.py) against the fake API server: which Node it plans against, when it
+"""One sync pass (nfd_lite/node/sync.py) against the fake API server: which Node it plans against, when it
 reads one itself, that its own requests' answers stay out of the Inbox, what it records; and that
 --dry-run plans with the same function."""
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from nfd_lite.cli import dry_run
-from nfd_lite.reconciler import OWNED_ANNOTATION
+from nfd_lite.node.reconciler import OWNED_ANNOTATION
 from tests.apiserver.server import FakeApiServer
 from tests.nfd_lite.harness import NODE, Parts, ours, parts, write_atomic
 

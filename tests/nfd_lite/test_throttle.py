@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nfd_lite.throttle import TokenBucket
+from nfd_lite.api.throttle import TokenBucket
 
 
 class Clock:

@@ -222,10 +222,10 @@ CHILD = r"""
 import json, sys, time
 from pathlib import Path
 
-from nfd_lite.client import NodeApi
-from nfd_lite.connection import Connection
-from nfd_lite.incluster import in_cluster_connection
-from nfd_lite.retry import RetryPolicy
+from nfd_lite.api.client import NodeApi
+from nfd_lite.api.connection import Connection
+from nfd_lite.api.incluster import in_cluster_connection
+from nfd_lite.api.retry import RetryPolicy
 
 case = json.loads(sys.argv[1])
 if case["scheme"] == "https":

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from nfd_lite.apierrors import ConnectionFailed
-from nfd_lite.client import NodeApi
-from nfd_lite.kubeconfig import kubeconfig_connection
-from nfd_lite.retry import Outage
+from nfd_lite.api.client import NodeApi
+from nfd_lite.api.errors import ConnectionFailed
+from nfd_lite.api.kubeconfig import kubeconfig_connection
+from nfd_lite.api.retry import Outage
 from nfd_lite.settings import WriterSettings
 from tests.apiserver.server import FakeApiServer
 from tests.kube.controlplane import free_port

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nfd_lite.watcher import Debouncer, DirWatcher
+from nfd_lite.files.watcher import Debouncer, DirWatcher
 
 
 def test_a_burst_costs_one_sync_after_the_last_event() -> None:

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from gfd.doctor.smoke_pod import DEFAULT_PROBE_IMAGE
+from gfd.doctor.smoke.pod import DEFAULT_PROBE_IMAGE
 from tests.kube.controlplane import ROOT
 from tests.node.cluster import NodeCluster
 from tests.node.device_plugin import allocatable_gpus, device_plugin

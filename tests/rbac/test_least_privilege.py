@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from nfd_lite.policy import CONTROL_LABELS, DEFAULT_ALLOW_PREFIXES
-from nfd_lite.reconciler import OWNED_ANNOTATION
+from nfd_lite.files.policy import CONTROL_LABELS, DEFAULT_ALLOW_PREFIXES
+from nfd_lite.node.reconciler import OWNED_ANNOTATION
 from tests.apiserver.admission import evaluate
 from tests.apiserver.auth import Attributes, Rbac, service_account_user
 from tests.rbac.manifests import NAME, NAMESPACE, RBAC_DIR, WRITER, documents, one

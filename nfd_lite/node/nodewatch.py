@@ -7,10 +7,10 @@ import logging
 import threading
 import time
 
-from nfd_lite.apierrors import ApiError, Gone, NotFound
-from nfd_lite.client import NodeApi
-from nfd_lite.inbox import Inbox
-from nfd_lite.retry import RetryPolicy, Stopped
+from nfd_lite.api.client import NodeApi
+from nfd_lite.api.errors import ApiError, Gone, NotFound
+from nfd_lite.api.retry import RetryPolicy, Stopped
+from nfd_lite.node.inbox import Inbox
 
 log = logging.getLogger(__name__)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nfd_lite.labelline import FileResult, LabelLine
-from nfd_lite.rejections import Rejection, printable
+from nfd_lite.files.labelline import FileResult, LabelLine
+from nfd_lite.files.rejections import Rejection, printable
 
 
 @dataclass(frozen=True)

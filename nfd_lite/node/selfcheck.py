@@ -32,10 +32,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nfd_lite.apierrors import ApiError, Forbidden, policy_denial
-from nfd_lite.client import NodeApi
-from nfd_lite.policy import Policy
-from nfd_lite.reconciler import OWNED_ANNOTATION
+from nfd_lite.api.client import NodeApi
+from nfd_lite.api.errors import ApiError, Forbidden, policy_denial
+from nfd_lite.files.policy import Policy
+from nfd_lite.node.reconciler import OWNED_ANNOTATION
 from promtext import Gauge
 
 log = logging.getLogger(__name__)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import logging
 
-from nfd_lite.features import FeatureState, now_utc
+from nfd_lite.files.features import FeatureState, now_utc
+from nfd_lite.files.rejections import Rejection
 from nfd_lite.metrics import WriterMetrics
-from nfd_lite.rejections import Rejection
 from saidonce import SaidOnce
 
 log = logging.getLogger(__name__)

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from nfd_lite.labelline import FileResult
-from nfd_lite.limits import Limits, ScanBudget
-from nfd_lite.readfile import read_file
-from nfd_lite.rejections import Rejection, printable, show_directory
+from nfd_lite.files.labelline import FileResult
+from nfd_lite.files.limits import Limits, ScanBudget
+from nfd_lite.files.readfile import read_file
+from nfd_lite.files.rejections import Rejection, printable, show_directory
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 

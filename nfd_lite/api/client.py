@@ -2,7 +2,7 @@
 request layer), handed back as dicts. Every request has one deadline and every answer a size cap, so a
 broken or hostile server costs bounded time and memory. Only the start-up self-check names another node,
 in a list of one and a dry-run patch that the server never stores (``probe_other_node``). A failure is
-raised as the ``apierrors`` class saying what it means.
+raised as the ``errors`` class saying what it means.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from nfd_lite.apierrors import ConnectionFailed, UnusableAnswer, api_error, response_error
-from nfd_lite.connection import BoundedConnection, Connection, Deadline, DeadlinePassed
+from nfd_lite.api.connection import BoundedConnection, Connection, Deadline, DeadlinePassed
+from nfd_lite.api.errors import ConnectionFailed, UnusableAnswer, api_error, response_error
 
 log = logging.getLogger(__name__)
 

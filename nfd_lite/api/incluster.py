@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from nfd_lite.clientconfig import ClientConfigError, check_tls, server_problem
-from nfd_lite.connection import Connection
+from nfd_lite.api.clientconfig import ClientConfigError, check_tls, server_problem
+from nfd_lite.api.connection import Connection
 
 log = logging.getLogger(__name__)
 

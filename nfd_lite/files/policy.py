@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
 import k8slabels
-from nfd_lite.labelline import LabelLine
-from nfd_lite.rejections import Rejection, printable
+from nfd_lite.files.labelline import LabelLine
+from nfd_lite.files.rejections import Rejection, printable
 
 DEFAULT_ALLOW_PREFIXES = ("nvidia.com/", "feature.node.kubernetes.io/")
 _RESERVED = ("kubernetes.io", "k8s.io")

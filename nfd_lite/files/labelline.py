@@ -11,8 +11,8 @@ from datetime import datetime
 
 import featurefile
 import k8slabels
-from nfd_lite.limits import Limits, ScanBudget
-from nfd_lite.rejections import Rejection, printable, show_invalid_key
+from nfd_lite.files.limits import Limits, ScanBudget
+from nfd_lite.files.rejections import Rejection, printable, show_invalid_key
 
 # Reason codes (also the values of the rejected-lines metric's "reason" label).
 UNTERMINATED = "unterminated-line"

@@ -14,7 +14,7 @@ from typing import TypeVar
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 from tenacity.stop import stop_base
 
-from nfd_lite.apierrors import (
+from nfd_lite.api.errors import (
     AccessDenied,
     ApiError,
     Conflict,

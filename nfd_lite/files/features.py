@@ -7,12 +7,12 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from nfd_lite.labelline import Expired, FileResult, LabelLine
-from nfd_lite.limits import Limits, ScanBudget
-from nfd_lite.merge import Override, merge
-from nfd_lite.policy import Policy
-from nfd_lite.rejections import TOO_MANY_REJECTIONS, Rejection, printable
-from nfd_lite.scan import scan
+from nfd_lite.files.labelline import Expired, FileResult, LabelLine
+from nfd_lite.files.limits import Limits, ScanBudget
+from nfd_lite.files.merge import Override, merge
+from nfd_lite.files.policy import Policy
+from nfd_lite.files.rejections import TOO_MANY_REJECTIONS, Rejection, printable
+from nfd_lite.files.scan import scan
 
 TOO_MANY_LABELS = "too-many-labels"
 OWNED_TOO_LARGE = "owned-annotation-full"

@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from nfd_lite.apierrors import AdmissionRefused
-from nfd_lite.reconciler import Plan
+from nfd_lite.api.errors import AdmissionRefused
+from nfd_lite.node.reconciler import Plan
 
 T = TypeVar("T")
 _SEPARATORS = re.compile(r"[\s,]+")

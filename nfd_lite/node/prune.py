@@ -5,12 +5,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from nfd_lite.apierrors import AccessDenied, NotFound
-from nfd_lite.client import NodeApi
-from nfd_lite.held import HeldKeys, send_around_refusals
-from nfd_lite.policy import Policy
-from nfd_lite.reconciler import NodeState, plan
-from nfd_lite.retry import RetryPolicy
+from nfd_lite.api.client import NodeApi
+from nfd_lite.api.errors import AccessDenied, NotFound
+from nfd_lite.api.retry import RetryPolicy
+from nfd_lite.files.policy import Policy
+from nfd_lite.node.held import HeldKeys, send_around_refusals
+from nfd_lite.node.reconciler import NodeState, plan
 
 PRUNE_MAX_BACKOFF = 5.0  # a one-off command: give up within seconds, not minutes
 

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from nfd_lite.clientconfig import ClientConfigError, check_tls, server_problem
-from nfd_lite.connection import Connection
+from nfd_lite.api.clientconfig import ClientConfigError, check_tls, server_problem
+from nfd_lite.api.connection import Connection
 
 if TYPE_CHECKING:
     from kubernetes.client.configuration import Configuration

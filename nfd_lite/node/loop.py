@@ -8,11 +8,11 @@ from __future__ import annotations
 import threading
 import time
 
-from nfd_lite.features import FeatureState, now_utc
-from nfd_lite.inbox import Inbox
-from nfd_lite.scanreport import ScanReporter
-from nfd_lite.sync import NodeSync
-from nfd_lite.watcher import DirWatcher
+from nfd_lite.files.features import FeatureState, now_utc
+from nfd_lite.files.scanreport import ScanReporter
+from nfd_lite.files.watcher import DirWatcher
+from nfd_lite.node.inbox import Inbox
+from nfd_lite.node.sync import NodeSync
 
 DIRECTORY_CHECK = 1.0  # seconds between checks that each directory is still the one watched
 

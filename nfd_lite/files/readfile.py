@@ -14,9 +14,9 @@ from datetime import datetime
 from pathlib import Path
 
 from featurefile import MAX_FILE_SIZE
-from nfd_lite.labelline import FileResult, parse_text
-from nfd_lite.limits import ScanBudget
-from nfd_lite.rejections import Rejection, show_path
+from nfd_lite.files.labelline import FileResult, parse_text
+from nfd_lite.files.limits import ScanBudget
+from nfd_lite.files.rejections import Rejection, show_path
 
 READ_ATTEMPTS = 3  # a file still changing after this many reads keeps its last good content
 # O_NONBLOCK: a FIFO swapped in after the type check cannot hang the reader; O_NOCTTY: nor become its tty.

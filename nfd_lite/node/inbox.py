@@ -14,8 +14,8 @@ import threading
 import time
 from typing import Any
 
-from nfd_lite.reconciler import NodeState
-from nfd_lite.watcher import Debouncer
+from nfd_lite.files.watcher import Debouncer
+from nfd_lite.node.reconciler import NodeState
 
 
 class Inbox:

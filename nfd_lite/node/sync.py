@@ -13,18 +13,18 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from nfd_lite.apierrors import AdmissionRefused, ApiError
-from nfd_lite.client import NodeApi
-from nfd_lite.features import FeatureState
-from nfd_lite.held import HeldKeys, send_around_refusals
-from nfd_lite.inbox import Inbox
+from nfd_lite.api.client import NodeApi
+from nfd_lite.api.errors import AdmissionRefused, ApiError
+from nfd_lite.api.retry import REFUSAL_REPEAT_AFTER, Outage, RetryPolicy, Stopped
+from nfd_lite.api.throttle import TokenBucket
+from nfd_lite.files.features import FeatureState
+from nfd_lite.files.rejections import printable
 from nfd_lite.metrics import WriterMetrics
-from nfd_lite.reconciler import NodeState, Plan, plan
-from nfd_lite.rejections import printable
-from nfd_lite.retry import REFUSAL_REPEAT_AFTER, Outage, RetryPolicy, Stopped
-from nfd_lite.selfcheck import AdmissionCheck
+from nfd_lite.node.held import HeldKeys, send_around_refusals
+from nfd_lite.node.inbox import Inbox
+from nfd_lite.node.reconciler import NodeState, Plan, plan
+from nfd_lite.node.selfcheck import AdmissionCheck
 from nfd_lite.settings import WriterSettings
-from nfd_lite.throttle import TokenBucket
 from saidonce import SaidOnce
 
 log = logging.getLogger(__name__)
