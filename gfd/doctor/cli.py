@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import TextIO
 
 from gfd.doctor.cuda_table import parse_cuda
-from gfd.doctor.model import Check, Context
+from gfd.doctor.engine import first_failure
+from gfd.doctor.host.context import Context
+from gfd.doctor.host.runner import run
+from gfd.doctor.model import Check
 from gfd.doctor.report import plain, table, to_json
-from gfd.doctor.runner import first_failure, run
 
 DEFAULT_TIMEOUT = "3m"
 # Flags that mean something only with --smoke-test (their defaults are None, so a given one is seen).
@@ -25,7 +27,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parser() -> argparse.ArgumentParser:
-    from gfd.doctor.smoke_pod import DEFAULT_PROBE_IMAGE
+    from gfd.doctor.smoke.pod import DEFAULT_PROBE_IMAGE
 
     p = _Parser(
         prog="gfd doctor",
@@ -102,8 +104,9 @@ def _usage(message: str) -> int:
 def _smoke(args: argparse.Namespace, cuda: tuple[int, int] | None, kubeconfig: Path | None) -> int:
     import json
 
-    from gfd.doctor import smoke
-    from gfd.doctor.smoke_pod import DEFAULT_PROBE_IMAGE, SmokeOptions, parse_toleration
+    from gfd.doctor import kube
+    from gfd.doctor.smoke.pod import DEFAULT_PROBE_IMAGE, SmokeOptions, parse_toleration
+    from gfd.doctor.smoke.runner import Interrupted, SmokeTest
     from gfd.durations import parse_go_duration
 
     if not args.node:
@@ -134,16 +137,17 @@ def _smoke(args: argparse.Namespace, cuda: tuple[int, int] | None, kubeconfig: P
         timeout_s=timeout,
         tolerations=tolerations,
     )
+    env = dict(os.environ)
     try:
-        api = smoke.api_client(kubeconfig, dict(os.environ))
-    except smoke.NoCredentials as err:
-        return _usage(str(err))
+        if not kube.credentials(kubeconfig, env):
+            return _usage(kube.NO_CREDENTIALS)
+        api = kube.api_client(kubeconfig, env)
     except Exception as err:  # the kubeconfig's own errors (ConfigException, YAML, missing files)
-        return _usage(f"cannot use the kubeconfig: {' '.join(str(err).split())[:200]}")
-    test = smoke.SmokeTest(api, options)
+        return _usage(f"cannot use the kubeconfig: {kube.one_line(err, 200)}")
+    test = SmokeTest(api, options)
     try:
         report = test.run()
-    except smoke.Interrupted as stop:
+    except Interrupted as stop:
         print(f"gfd doctor: interrupted; {_fate(test.pod, test.left_behind)}", file=sys.stderr)
         return 128 + stop.signum
     if report.left_behind:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import TextIO
 
+from gfd.doctor.engine import first_failure
 from gfd.doctor.model import Check
-from gfd.doctor.runner import first_failure
 
 COLOURS = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
 

@@ -83,7 +83,7 @@ def _dra_gpus(api: Any) -> dict[str, int]:
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
-    from gfd.doctor import dra
+    from gfd.doctor.host import dra
 
     try:
         answer: Any = client.CustomObjectsApi(api).list_cluster_custom_object(

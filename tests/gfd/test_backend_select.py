@@ -14,8 +14,8 @@ from gfd.backends.mock import MockBackend
 from gfd.backends.nvml import NvmlBackend
 from gfd.backends.tegra import TegraBackend
 from gfd.config import load_settings
-from gfd.doctor.hardware import check
-from gfd.doctor.model import Context
+from gfd.doctor.host.context import Context
+from gfd.doctor.host.hardware import check
 from gfd.machine_profile import MachineProfile, MachineProfileError, load_machine_profile
 from tests.fakes.fake_nvml import install_fake_nvml
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gfd.doctor.model import Context
+from gfd.doctor.host.context import Context
 
 
 def statuses(report: dict[str, Any]) -> dict[str, str]:

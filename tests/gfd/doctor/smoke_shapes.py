@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gfd.doctor.probe import NvmlStart, ProbeGpu, ProbeResult
-from gfd.doctor.smoke_model import PodRun
+from gfd.doctor.smoke.model import PodRun
 
 NODE = "gpu-node-1"
 UUID = "GPU-00000003-0000-4000-8000-000000000103"

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from gfd.doctor.cli import main
+from gfd.doctor.host.runner import run
 from gfd.doctor.report import plain, table
-from gfd.doctor.runner import run
 
 
 @pytest.mark.parametrize(
@@ -57,7 +57,7 @@ def test_json_is_machine_readable(host, nvml, capsys):
 
 
 def test_rich_table_on_a_terminal(host, nvml):
-    from gfd.doctor.model import Context
+    from gfd.doctor.host.context import Context
 
     nvml("version-mismatch", lib_version="550.54.15")
     checks = run(Context(host_root=host("version-mismatch")))

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gfd.doctor.dra import DriverGpu, compare, gpus, quantity_bytes
+from gfd.doctor.host.dra import DriverGpu, compare, gpus, quantity_bytes
 
 A100 = "NVIDIA A100-SXM4-40GB"
 LABELS = {

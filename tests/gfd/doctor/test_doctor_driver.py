@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gfd.doctor import driver
+from gfd.doctor.host import driver
 from tests.gfd.doctor.reports import host_tree, layer
 
 OPEN_MODULE = (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gfd.doctor import hardware
+from gfd.doctor.host import hardware
 from tests.gfd.doctor.reports import host_tree, layer
 
 

@@ -212,7 +212,7 @@ def test_from_a_workstation_the_dra_check_runs_though_the_hardware_layer_fails(
 ):
     """`gfd doctor --node N --kubeconfig K` on a workstation: no GPU here, so layer 1 fails, yet what the
     cluster alone can answer (the DRA driver's slices against the node's labels) is answered."""
-    from gfd.doctor import dra
+    from gfd.doctor.host import dra
 
     nvml(None, library_missing=True)
     workstation = tmp_path / "workstation"

@@ -8,7 +8,7 @@ import pytest
 
 from gfd.backends.errors import BackendError
 from gfd.backends.nvml import NvmlBackend
-from gfd.doctor import nvml
+from gfd.doctor.host import nvml
 from gfd.labels import LabelOptions, build_labels
 from tests.gfd.doctor.reports import layer
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gfd.doctor.runtimes import read_all, read_engine
+from gfd.doctor.host.runtimes import read_all, read_engine
 
 
 def write(root: Path, rel: str, text: str) -> None:

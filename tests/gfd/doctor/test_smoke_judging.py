@@ -8,12 +8,15 @@ from dataclasses import replace
 import pytest
 
 from gfd.backends.nvml_errors import LIB_RM_VERSION_MISMATCH, LIBRARY_NOT_FOUND
-from gfd.doctor import smoke_cluster, smoke_inside, smoke_start
 from gfd.doctor.cuda_table import parse_cuda
+from gfd.doctor.engine import bottom_up
 from gfd.doctor.model import Finding
 from gfd.doctor.probe import ProbeGpu
-from gfd.doctor.smoke_model import LAYERS, ApiRead, PodRun, bottom_up
-from gfd.doctor.smoke_pod import SmokeOptions
+from gfd.doctor.smoke import cluster as smoke_cluster
+from gfd.doctor.smoke import inside as smoke_inside
+from gfd.doctor.smoke import start as smoke_start
+from gfd.doctor.smoke.model import LAYERS, ApiRead, PodRun
+from gfd.doctor.smoke.pod import SmokeOptions
 from tests.gfd.doctor.smoke_shapes import LABELS, NODE, UUID, container, node, pod, probe, ran, unschedulable
 
 OPTIONS = SmokeOptions(node=NODE)

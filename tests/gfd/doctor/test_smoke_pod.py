@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from gfd.doctor.cli import main
-from gfd.doctor.smoke_pod import DEFAULT_PROBE_IMAGE, SmokeOptions, manifest, parse_toleration, tolerates
+from gfd.doctor.smoke.pod import DEFAULT_PROBE_IMAGE, SmokeOptions, manifest, parse_toleration, tolerates
 from tests.parity import peers
 
 OPTIONS = SmokeOptions(node="gpu-node-1")

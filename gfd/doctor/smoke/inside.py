@@ -7,21 +7,21 @@ from __future__ import annotations
 from pathlib import Path
 
 from gfd.backends.nvml_errors import LIB_RM_VERSION_MISMATCH, LIBRARY_NOT_FOUND, nvml_code_name
-from gfd.doctor import cuda as cuda_layer
-from gfd.doctor.devices import CONTROL_NODES
-from gfd.doctor.kubernetes import GPU
-from gfd.doctor.model import Context, Finding
+from gfd.doctor.host import cuda as cuda_layer
+from gfd.doctor.host.context import Context
+from gfd.doctor.host.devices import CONTROL_NODES
+from gfd.doctor.kube import DRIVER_LABEL, GPU, one_line
+from gfd.doctor.model import Finding
 from gfd.doctor.probe import ProbeResult
-from gfd.doctor.smoke_cluster import DRIVER_LABEL
-from gfd.doctor.smoke_model import Json, PodRun, one_line
-from gfd.doctor.smoke_pod import (
+from gfd.doctor.smoke.model import Json, PodRun
+from gfd.doctor.smoke.pod import (
     DEFAULT_PROBE_IMAGE,
     PROBE_COMMAND,
     PROBE_CONTAINER,
     WORKLOAD_CONTAINER,
     SmokeOptions,
 )
-from gfd.doctor.smoke_start import containers
+from gfd.doctor.smoke.start import containers
 from gfd.inventory import Inventory
 from gfd.labels import sanitize
 

@@ -2,27 +2,34 @@
 ResourceSlices (and whether they agree with the labels: ``dra.py``), the nvidia RuntimeClass.
 
 Read-only: a GET of the Node and of the RuntimeClass and a list of the Node's ResourceSlices, with the
-official client.
+official client (``gfd.doctor.kube``).
 """
 
 from __future__ import annotations
 
-import os
 import socket
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from gfd.choices import LabelSetName, MigStrategy
-from gfd.config import Settings
-from gfd.doctor import dra
-from gfd.doctor.model import Context, Finding, Status
+from gfd.doctor.host import dra
+from gfd.doctor.host.context import Context
+from gfd.doctor.kube import (
+    DAEMONSET_FIX,
+    DEVICE_PLUGIN_FIX,
+    GPU,
+    MOCK_FIX,
+    api_client,
+    create_runtime_class,
+    credentials,
+    one_line,
+)
+from gfd.doctor.model import Finding, Status
 from gfd.inventory import Inventory
-from gfd.labels import LabelOptions, build_labels, extras, health, mig, resource, timestamp
+from gfd.labels import LabelOptions, build_labels, extras, health, mig, timestamp
+from gfd.settings import Settings
 from gfd.sharing_config import FULL_GPU_RESOURCE
 
-IN_CLUSTER_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
-GPU = resource.keys(FULL_GPU_RESOURCE)
 KEY_LABELS = (extras.PRESENT, GPU.count, GPU.product)
 # Set by the daemon's settings (sharing config, --with-timestamp), which the doctor does not know; and the
 # PCI bus as the daemon's container sees it, which the doctor reads below --host-root instead (a GPU that
@@ -31,42 +38,14 @@ IGNORED = (timestamp.TIMESTAMP, GPU.replicas, GPU.sharing_strategy, health.ON_BU
 TIMEOUT_S = 10
 
 
-def kubeconfig_path(ctx: Context) -> Path | None:
-    if ctx.kubeconfig is not None:
-        return ctx.kubeconfig
-    home = ctx.env.get("HOME")
-    for candidate in [
-        *ctx.env.get("KUBECONFIG", "").split(os.pathsep),
-        f"{home}/.kube/config" if home else "",
-    ]:
-        if candidate and Path(candidate).is_file():
-            return Path(candidate)
-    return None
-
-
-def in_cluster(ctx: Context) -> bool:
-    return bool(ctx.env.get("KUBERNETES_SERVICE_HOST")) and IN_CLUSTER_TOKEN.is_file()
-
-
 def skip_reason(ctx: Context) -> str | None:
-    if ctx.node or kubeconfig_path(ctx) or in_cluster(ctx):
+    if ctx.node or credentials(ctx.kubeconfig, ctx.env):
         return None
     return "no kubeconfig or in-cluster config (pass --kubeconfig/--node to check the node in Kubernetes)"
 
 
 def node_name(ctx: Context) -> str:
     return ctx.node or ctx.env.get("NODE_NAME") or socket.gethostname()
-
-
-def _client(ctx: Context) -> Any:
-    from kubernetes import client, config
-
-    path = kubeconfig_path(ctx)
-    if path is not None:
-        return config.new_client_from_config(config_file=str(path))
-    cfg = client.Configuration()
-    config.load_incluster_config(client_configuration=cfg)
-    return client.ApiClient(cfg)
 
 
 def _node(ctx: Context) -> tuple[Any, str, dict[str, str], dict[str, str]] | list[Finding]:
@@ -79,7 +58,7 @@ def _node(ctx: Context) -> tuple[Any, str, dict[str, str], dict[str, str]] | lis
         return [Finding("SKIP", "the kubernetes package is missing", "`pip install kubernetes`")]
     name = node_name(ctx)
     try:
-        api = _client(ctx)
+        api = api_client(ctx.kubeconfig, ctx.env)
     except (ConfigException, OSError, ValueError) as err:
         return [Finding("WARN", f"cannot use the Kubernetes config: {err}", "pass a working --kubeconfig")]
     try:
@@ -98,7 +77,9 @@ def _node(ctx: Context) -> tuple[Any, str, dict[str, str], dict[str, str]] | lis
     except Exception as err:  # connection refused, DNS, TLS: urllib3 raises many kinds
         return [
             Finding(
-                "FAIL", f"cannot reach the API server: {_short(err)}", "check the kubeconfig's server URL"
+                "FAIL",
+                f"cannot reach the API server: {one_line(err, 200)}",
+                "check the kubeconfig's server URL",
             )
         ]
     labels: dict[str, str] = dict((node.metadata.labels if node.metadata else None) or {})
@@ -158,20 +139,15 @@ def check(ctx: Context) -> list[Finding]:
                     "FAIL",
                     "no RuntimeClass nvidia, and nvidia is not the node's default runtime: GPU pods "
                     "get no GPU",
-                    "create it: `kubectl apply -f -` with apiVersion node.k8s.io/v1, kind RuntimeClass, "
-                    "metadata.name nvidia, handler nvidia",
+                    create_runtime_class("nvidia"),
                     item="runtimeclass",
                 )
             )
     except Exception as err:
         findings.append(
-            Finding("FAIL", f"cannot read RuntimeClass nvidia: {_short(err)}", item="runtimeclass")
+            Finding("FAIL", f"cannot read RuntimeClass nvidia: {one_line(err, 200)}", item="runtimeclass")
         )
     return findings
-
-
-def _short(err: Exception) -> str:
-    return " ".join(str(err).split())[:200]
 
 
 def _api_error(err: Any, what: str, item: str | None = None) -> Finding:
@@ -209,15 +185,14 @@ def check_labels(ctx: Context, name: str, labels: dict[str, str]) -> Finding:
         return Finding(
             "FAIL",
             f"node {name} has none of this project's labels (no {extras.PRESENT})",
-            "check that the gpu-labeller DaemonSet runs on this node: `kubectl -n gpu-labeller get "
-            "pods -o wide`",
+            DAEMONSET_FIX,
             item="labels",
         )
     if labels.get(extras.SIMULATED) == "true":
         return Finding(
             "WARN",
             f"node {name} carries simulated labels (mock backend)",
-            "run gfd with --backend auto on GPU nodes",
+            MOCK_FIX,
             item="labels",
         )
     if ctx.labelled is None:  # the layers below had nothing to probe with; then this layer is skipped
@@ -264,8 +239,6 @@ def check_allocatable(name: str, allocatable: dict[str, str], dra_gpus: int = 0)
         "FAIL",
         f"node {name} offers no nvidia.com/gpu (allocatable: {gpus or 'none'}): the device plugin has "
         "not registered",
-        "check the NVIDIA device plugin pod on this node (`kubectl -n kube-system get pods -o wide | "
-        "grep nvidia`) "
-        "and its log",
+        DEVICE_PLUGIN_FIX,
         item="allocatable",
     )

@@ -5,7 +5,8 @@ from __future__ import annotations
 from gfd.backends import decoding
 from gfd.backends.host import KERNEL_MODULE_VERSION, kernel_module_version, read_text
 from gfd.backends.tegra import TEGRA_RELEASE
-from gfd.doctor.model import Context, Finding
+from gfd.doctor.host.context import Context
+from gfd.doctor.model import Finding
 
 
 def loaded_modules(ctx: Context) -> set[str]:

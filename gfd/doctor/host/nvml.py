@@ -21,7 +21,8 @@ from gfd.backends.nvml_errors import (
     nvml_reason,
     version_mismatch,
 )
-from gfd.doctor.model import Context, Finding, Status
+from gfd.doctor.host.context import Context
+from gfd.doctor.model import Finding, Status
 from gfd.inventory import GpuFailure, Inventory
 
 

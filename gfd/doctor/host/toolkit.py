@@ -8,8 +8,9 @@ from typing import Any
 
 import yaml
 
-from gfd.doctor.model import Context, Finding, Status
-from gfd.doctor.runtimes import RuntimeConfig, read_all
+from gfd.doctor.host.context import Context
+from gfd.doctor.host.runtimes import RuntimeConfig, read_all
+from gfd.doctor.model import Finding, Status
 
 BIN_DIRS = ("usr/bin", "usr/local/bin", "usr/sbin", "bin", "usr/local/nvidia/toolkit")
 TOOLS = ("nvidia-container-runtime", "nvidia-ctk", "nvidia-container-cli", "nvidia-container-runtime-hook")

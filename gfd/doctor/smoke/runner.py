@@ -2,8 +2,8 @@
 
 The I/O edge: reads the Node and the RuntimeClass, creates the pod, polls it and its events until it is
 done or stuck, reads its logs, and deletes it, always: also on Ctrl-C, SIGTERM and timeout (signals are
-held off while it deletes). The verdicts come from smoke_cluster, smoke_start and smoke_inside, which do
-no I/O. Run by an admin with a kubeconfig, through the official client; nothing of the chart's RBAC is used.
+held off while it deletes). The verdicts come from ``cluster``, ``start`` and ``inside``, which do no I/O.
+Run by an admin with a kubeconfig, through the official client; nothing of the chart's RBAC is used.
 """
 
 from __future__ import annotations
@@ -16,16 +16,17 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from gfd.doctor import smoke_cluster, smoke_inside, smoke_start
-from gfd.doctor.kubernetes import in_cluster, kubeconfig_path
-from gfd.doctor.model import Check, Context
+from gfd.doctor.engine import Judge, bottom_up, first_failure
+from gfd.doctor.kube import one_line
+from gfd.doctor.model import Check, Layer
 from gfd.doctor.probe import ProbeOutputError, ProbeResult
-from gfd.doctor.runner import first_failure
-from gfd.doctor.smoke_model import (
+from gfd.doctor.smoke import cluster as smoke_cluster
+from gfd.doctor.smoke import inside as smoke_inside
+from gfd.doctor.smoke import start as smoke_start
+from gfd.doctor.smoke.model import (
     CUDA,
     DEVICE_PLUGIN,
     GPUS,
@@ -39,12 +40,9 @@ from gfd.doctor.smoke_model import (
     ApiRead,
     Json,
     PodRun,
-    SmokeLayer,
-    bottom_up,
     condition,
-    one_line,
 )
-from gfd.doctor.smoke_pod import (
+from gfd.doctor.smoke.pod import (
     APP,
     GPU_RESOURCE,
     PROBE_CONTAINER,
@@ -64,26 +62,6 @@ class Interrupted(BaseException):
     def __init__(self, signum: int) -> None:
         super().__init__(f"signal {signum}")
         self.signum = signum
-
-
-class NoCredentials(Exception):
-    """Neither a kubeconfig nor an in-cluster service account to reach the API server with."""
-
-
-def api_client(kubeconfig: Path | None, env: dict[str, str]) -> Any:
-    """The official client, configured as kubectl would be: --kubeconfig, $KUBECONFIG, ~/.kube/config, or
-    the pod's service account."""
-    from kubernetes import client, config
-
-    ctx = Context(host_root=Path("/"), kubeconfig=kubeconfig, env=env)
-    path = kubeconfig_path(ctx)
-    if path is not None:
-        return config.new_client_from_config(config_file=str(path))
-    if not in_cluster(ctx):
-        raise NoCredentials("no kubeconfig ($KUBECONFIG, ~/.kube/config) and not in a pod: pass --kubeconfig")
-    cfg = client.Configuration()
-    config.load_incluster_config(client_configuration=cfg)
-    return client.ApiClient(cfg)
 
 
 @dataclass(frozen=True)
@@ -251,9 +229,7 @@ class SmokeTest:
             return ApiRead(None, None, one_line(err, 200))
 
 
-def _pod_layers(
-    run: PodRun, o: SmokeOptions, node: Json, handler: str | None
-) -> list[tuple[SmokeLayer, Callable[[], list[Any]]]]:
+def _pod_layers(run: PodRun, o: SmokeOptions, node: Json, handler: str | None) -> list[tuple[Layer, Judge]]:
     labels: dict[str, str] = dict((node.get("metadata") or {}).get("labels") or {})
     return [
         (SCHEDULING, lambda: smoke_start.scheduling(run, o, node)),

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import re
 
+from gfd.doctor.kube import one_line
 from gfd.doctor.model import Finding
-from gfd.doctor.smoke_model import Json, PodRun, condition, one_line
-from gfd.doctor.smoke_pod import GPU_RESOURCE, SmokeOptions, pod_tolerations, tolerates
+from gfd.doctor.smoke.model import Json, PodRun, condition
+from gfd.doctor.smoke.pod import GPU_RESOURCE, SmokeOptions, pod_tolerations, tolerates
 
 # Waiting reasons the kubelet gives when a container cannot be made or started (it retries some of them,
 # but the same error comes back: the smoke test reports the first).

@@ -6,7 +6,8 @@ from gfd.backends import decoding
 from gfd.backends.errors import BackendError
 from gfd.backends.host import NO_GPU_FIX, NO_GPU_ON_THE_BUS, PCI_DIR, scan_pci
 from gfd.backends.tegra import TegraBackend
-from gfd.doctor.model import Context, Finding
+from gfd.doctor.host.context import Context
+from gfd.doctor.model import Finding
 from gfd.inventory import Inventory
 
 

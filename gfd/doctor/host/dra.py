@@ -19,19 +19,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
+from gfd.doctor.kube import DRIVER_LABEL, GPU
 from gfd.doctor.model import Finding
 from gfd.inventory import Device
-from gfd.labels import extras, resource, sanitize
+from gfd.labels import extras, sanitize
 from gfd.labels.device import by_model, primary_model
 from gfd.sharing_config import FULL_GPU_RESOURCE
 
 DRIVER = "gpu.nvidia.com"
 ITEM = "dra"
-GPU = resource.keys(FULL_GPU_RESOURCE)
 MEMORY = f"{FULL_GPU_RESOURCE}.memory"
 PER_MODEL = f"nvidia.com/{extras.COUNT_KEY}"
 COMPUTE = (f"{FULL_GPU_RESOURCE}.compute.major", f"{FULL_GPU_RESOURCE}.compute.minor")
-DRIVER_FULL = "nvidia.com/cuda.driver-version.full"
 CUDA = ("nvidia.com/cuda.runtime-version.major", "nvidia.com/cuda.runtime-version.minor")
 _BINARY = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "Pi": 1 << 50, "Ei": 1 << 60}
 _DECIMAL = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
@@ -183,9 +182,9 @@ def compare(driver_gpus: list[DriverGpu], labels: Mapping[str, str]) -> list[Mis
         check("gpu.compute.major/minor", _shown(compute), _shown(_label_version(labels, COMPUTE)))
     first = driver_gpus[0]  # the versions are the node's driver's, the same on every GPU
     if first.driver_version is not None:
-        ours = labels.get(DRIVER_FULL)
+        ours = labels.get(DRIVER_LABEL)
         check(
-            DRIVER_FULL, _shown(first.driver_version), ours, agree=_version(ours, 3) == first.driver_version
+            DRIVER_LABEL, _shown(first.driver_version), ours, agree=_version(ours, 3) == first.driver_version
         )
     if first.cuda_version is not None:
         check("cuda.runtime-version", _shown(first.cuda_version), _shown(_label_version(labels, CUDA)))

@@ -6,7 +6,8 @@ import re
 import stat
 from pathlib import Path
 
-from gfd.doctor.model import Context, Finding
+from gfd.doctor.host.context import Context
+from gfd.doctor.model import Finding
 
 # JetPack 6 (L4T 36) uses dev/nvgpu/igpu0/*; earlier releases dev/nvhost-*-gpu. dev/nvmap is on all of them.
 JETSON_GPU_NODES = ("dev/nvgpu/igpu0/ctrl", "dev/nvhost-ctrl-gpu", "dev/nvhost-gpu")

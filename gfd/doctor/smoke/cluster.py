@@ -3,21 +3,28 @@ not Ready, unlabelled, without GPUs to offer or without the RuntimeClass would o
 
 from __future__ import annotations
 
-from gfd.doctor.kubernetes import GPU
+from gfd.doctor.kube import (
+    DAEMONSET_FIX,
+    DEVICE_PLUGIN_FIX,
+    DRIVER_LABEL,
+    GPU,
+    MOCK_FIX,
+    create_runtime_class,
+    one_line,
+)
 from gfd.doctor.model import Finding
-from gfd.doctor.smoke_model import ApiRead, Json, condition, one_line
-from gfd.doctor.smoke_pod import GPU_RESOURCE
+from gfd.doctor.smoke.model import ApiRead, Json, condition
+from gfd.doctor.smoke.pod import GPU_RESOURCE
 from gfd.labels import extras
 
-DRIVER_LABEL = "nvidia.com/cuda.driver-version.full"
 CREDENTIALS = (
     "use the admin's kubeconfig (--kubeconfig): the smoke test reads nodes, runtimeclasses and the pods on "
     "the node, and creates and deletes one pod in --namespace"
 )
-CREATE_RUNTIME_CLASS = (
-    "create it: `kubectl apply -f -` with apiVersion node.k8s.io/v1, kind RuntimeClass, metadata.name "
-    "{name}, handler nvidia (the runtime's name in containerd's config), or pass --runtime-class none where "
-    "nvidia is the node's default runtime"
+# After the handler's name: what it is, and the way out where the node's default runtime is NVIDIA's.
+RUNTIME_CLASS_OR_NONE = (
+    " (the runtime's name in containerd's config), or pass --runtime-class none where nvidia is the node's "
+    "default runtime"
 )
 
 
@@ -72,8 +79,7 @@ def labels(found: Json) -> list[Finding]:
             Finding(
                 "FAIL",
                 f"none of this project's labels (no {extras.PRESENT}): nothing to compare the pod's GPU with",
-                "check that the gpu-labeller DaemonSet runs on this node: `kubectl -n gpu-labeller get pods "
-                "-o wide`, and its gfd container's log",
+                f"{DAEMONSET_FIX}, and its gfd container's log",
             )
         ]
     missing = [key for key in (GPU.product, GPU.count) if key not in have]
@@ -91,7 +97,7 @@ def labels(found: Json) -> list[Finding]:
             Finding(
                 "WARN",
                 f"simulated labels (gfd's mock backend): {shown}",
-                "run gfd with --backend auto on GPU nodes",
+                MOCK_FIX,
             )
         ]
     return [Finding("PASS", shown)]
@@ -117,8 +123,7 @@ def device_plugin(found: Json) -> list[Finding]:
         Finding(
             "FAIL",
             f"the node offers no {GPU_RESOURCE} (allocatable 0): the device plugin has not registered",
-            "check the NVIDIA device plugin pod on this node (`kubectl -n kube-system get pods -o wide | "
-            "grep nvidia`) and its log",
+            DEVICE_PLUGIN_FIX,
         )
     ]
 
@@ -146,7 +151,7 @@ def runtime_class(read: ApiRead | None, name: str | None) -> list[Finding]:
             Finding(
                 "FAIL",
                 f"no RuntimeClass {name}: the API server refuses pods that ask for it",
-                CREATE_RUNTIME_CLASS.format(name=name),
+                create_runtime_class(name) + RUNTIME_CLASS_OR_NONE,
             )
         ]
     return [api_failure(read, f"RuntimeClass {name}")]

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from gfd.doctor.cuda_table import CudaVersion, load_table, parse_driver, show_cuda, verdict
-from gfd.doctor.model import Context, Finding
+from gfd.doctor.host.context import Context
+from gfd.doctor.model import Finding
 from gfd.inventory import cuda_version_parts
 
 FORWARD_COMPAT = (
