@@ -36,7 +36,7 @@ from tests.nfd_lite.harness import NODE, OTHER_NODE, node_api
 PROPERTIES = (OTHER_NODES, RESERVED_LABELS, TAINTS, MANAGED_FIELDS)
 # rbac/admission-policy.yaml as it was before its managedFields rules (the same name, an older version).
 WITHOUT_MANAGED_FIELDS = (
-    Path(__file__).resolve().parents[1]
+    Path(__file__).resolve().parents[2]
     / "fixtures"
     / "policies"
     / "admission-policy-without-managed-fields.yaml"
