@@ -3,10 +3,13 @@ real-node tests in tests/node/test_smoke_on_node.py produce each state for real)
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
+from gfd.doctor.model import Finding
 from gfd.doctor.probe import NvmlStart, ProbeGpu, ProbeResult
 from gfd.doctor.smoke.model import PodRun
+from gfd.doctor.smoke.pod import SmokeOptions
 
 NODE = "gpu-node-1"
 UUID = "GPU-00000003-0000-4000-8000-000000000103"
@@ -95,3 +98,12 @@ def ran(result: ProbeResult | None = None, **run: Any) -> PodRun:
         "probe": result,
     }
     return PodRun(**(fields | run))
+
+
+OPTIONS = SmokeOptions(node=NODE)
+WITH_IMAGE = replace(OPTIONS, image="registry.example/train:1")
+
+
+def one(findings: list[Finding]) -> Finding:
+    assert len(findings) == 1, findings
+    return findings[0]

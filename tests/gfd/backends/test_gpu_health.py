@@ -21,7 +21,7 @@ from tests.fakes.fake_nvml import FakeNvml, install_fake_nvml
 from tests.fakes.nvml_faults import HANG, LOST, READ_DEADLINE_S, UNKNOWN, GpuFault, failing
 from tests.fakes.nvml_wire import ERROR_GPU_IS_LOST, ERROR_UNKNOWN
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 MP = pytest.MonkeyPatch
 GPU3 = "0000:37:00.0"  # where profiles/dgx-a100-mig.yaml puts GPU 3
 
@@ -192,7 +192,7 @@ def test_a_node_without_gpus_gets_no_health_labels(monkeypatch: MP, tmp_path: Pa
 
 
 def test_a_gpu_whose_fabric_failed_it_cannot_be_used(monkeypatch: MP, tmp_path: Path) -> None:
-    profile = load_machine_profile(Path(__file__).parent / "profiles_nvml" / "h100-mig-clique.yaml")
+    profile = load_machine_profile(Path(__file__).parents[1] / "profiles_nvml" / "h100-mig-clique.yaml")
     _fake, backend = machine(monkeypatch, tmp_path, profile)
     fabric = FakeNvml._fabric
 

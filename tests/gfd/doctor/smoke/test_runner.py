@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from gfd.doctor.cli import main
-from tests.gfd.doctor.smoke_shapes import LABELS
+from tests.gfd.doctor.smoke.shapes import LABELS
 from tests.kube.controlplane import ControlPlane
 from tests.waiting import eventually
 

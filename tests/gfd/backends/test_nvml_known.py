@@ -15,7 +15,7 @@ from gfd.machine_profile import MachineProfile, load_machine_profile
 from tests.fakes.fake_nvml import FakeNvml, install_fake_nvml
 from tests.fakes.nvml_faults import LOST
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 MP = pytest.MonkeyPatch
 ONE_G = {"profile": "1g.5gb", "memory_mib": 4864, "multiprocessors": 14, "gi_slices": 1, "ci_slices": 1}
 THREE_G = {"profile": "3g.20gb", "memory_mib": 19968, "multiprocessors": 42, "gi_slices": 3, "ci_slices": 3}

@@ -1,9 +1,9 @@
-"""Layer 1 (gfd/doctor/hardware.py): is there an NVIDIA GPU at all?"""
+"""Layer 1 (gfd/doctor/host/hardware.py): is there an NVIDIA GPU at all?"""
 
 from __future__ import annotations
 
 from gfd.doctor.host import hardware
-from tests.gfd.doctor.reports import host_tree, layer
+from tests.gfd.doctor.host.reports import host_tree, layer
 
 
 def test_no_gpu_at_all_fails_layer_1(tmp_path, nvml, doctor):

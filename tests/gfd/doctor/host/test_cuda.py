@@ -1,8 +1,8 @@
-"""Layer 4 (gfd/doctor/cuda.py): will an image built with CUDA X.Y run on this driver?"""
+"""Layer 4 (gfd/doctor/host/cuda.py): will an image built with CUDA X.Y run on this driver?"""
 
 from __future__ import annotations
 
-from tests.gfd.doctor.reports import layer
+from tests.gfd.doctor.host.reports import layer
 
 
 def test_jetson_image_newer_than_jetpack_warns(host, nvml, doctor):

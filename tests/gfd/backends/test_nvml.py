@@ -18,9 +18,9 @@ from gfd.labels import LabelOptions, build_labels, health
 from gfd.machine_profile import MachineProfile, load_machine_profile
 from tests.fakes.fake_nvml import FakeNvml, install_fake_nvml
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 HEALTH_KEYS = [health.HEALTH, health.ANSWERING, health.FAILING, health.ON_BUS]
-OWN = Path(__file__).parent / "profiles_nvml"
+OWN = Path(__file__).parents[1] / "profiles_nvml"
 MP = pytest.MonkeyPatch
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.gfd.doctor.reports import evidence, layer, statuses
+from tests.gfd.doctor.host.reports import evidence, layer, statuses
 
 
 def test_healthy_pci_host_passes_every_layer(host, nvml, doctor):

@@ -15,7 +15,7 @@ from gfd.backends.tegra_files import parse_cuda_version_txt, parse_l4t_release
 from gfd.inventory import JetsonFacts
 from gfd.labels import LabelOptions, build_labels
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "jetson"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "jetson"
 
 
 def copy_fixture(name: str, tmp_path: Path) -> Path:

@@ -1,8 +1,8 @@
-"""Layer 6 (gfd/doctor/toolkit.py): the container toolkit, the runtimes' configuration, CDI."""
+"""Layer 6 (gfd/doctor/host/toolkit.py): the container toolkit, the runtimes' configuration, CDI."""
 
 from __future__ import annotations
 
-from tests.gfd.doctor.reports import evidence, layer, statuses
+from tests.gfd.doctor.host.reports import evidence, layer, statuses
 
 
 def test_containerd_without_nvidia_runtime_fails_layer_6(host, nvml, doctor):

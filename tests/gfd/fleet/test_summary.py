@@ -17,7 +17,7 @@ from gfd.fleet.summary import (
     summarize,
 )
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).parents[1] / "golden"
 
 
 def golden(name: str) -> dict[str, str]:

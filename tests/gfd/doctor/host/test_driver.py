@@ -1,9 +1,9 @@
-"""Layer 2 (gfd/doctor/driver.py): the kernel driver, loaded and which version."""
+"""Layer 2 (gfd/doctor/host/driver.py): the kernel driver, loaded and which version."""
 
 from __future__ import annotations
 
 from gfd.doctor.host import driver
-from tests.gfd.doctor.reports import host_tree, layer
+from tests.gfd.doctor.host.reports import host_tree, layer
 
 OPEN_MODULE = (
     "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  560.35.03  Release Build  "

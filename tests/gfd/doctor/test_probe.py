@@ -15,7 +15,7 @@ import pytest
 
 from gfd.backends.nvml_errors import LIBRARY_NOT_FOUND
 from gfd.doctor.probe import ProbeOutputError, ProbeResult, device_nodes
-from tests.gfd.doctor.smoke_shapes import UUID, probe
+from tests.gfd.doctor.smoke.shapes import UUID, probe
 from tests.parity import peers
 
 

@@ -19,9 +19,9 @@ from gfd.doctor.host.hardware import check
 from gfd.machine_profile import MachineProfile, MachineProfileError, load_machine_profile
 from tests.fakes.fake_nvml import install_fake_nvml
 
-HERE = Path(__file__).parent
-T4 = HERE / "profiles_cli" / "one-t4.yaml"
-ORIN = HERE.parent / "fixtures" / "jetson" / "orin-nano-r36"
+GFD_TESTS = Path(__file__).parents[1]
+T4 = GFD_TESTS / "profiles_cli" / "one-t4.yaml"
+ORIN = GFD_TESTS.parent / "fixtures" / "jetson" / "orin-nano-r36"
 
 
 def test_mock_reads_the_profile_on_every_probe(tmp_path: Path) -> None:
@@ -37,7 +37,7 @@ def test_mock_reads_the_profile_on_every_probe(tmp_path: Path) -> None:
 
 def test_a_broken_profile_is_a_profile_layer_error_with_the_field() -> None:
     with pytest.raises(BackendError) as caught:
-        MockBackend(HERE / "profiles_cli" / "broken.yaml").probe()
+        MockBackend(GFD_TESTS / "profiles_cli" / "broken.yaml").probe()
     assert caught.value.layer == "profile"
     assert "devices.0.memory_mib" in str(caught.value)
 

@@ -11,7 +11,7 @@ from gfd.config import ConfigError, load_settings
 from gfd.inventory import Device, Inventory, MigDevice
 from gfd.labels import LabelOptions, build_labels
 from gfd.sharing_config import ReplicatedResource, ReplicatedResources, SharingConfig
-from tests.gfd.test_labels_properties import inventories, options
+from tests.gfd.labels.test_properties import inventories, options
 
 # What the device plugin's allocation decides, not the hardware (docs/labels.md, "The DRA label set").
 ALLOCATION_KEYS = {"nvidia.com/gpu.replicas", "nvidia.com/gpu.sharing-strategy", "nvidia.com/mps.capable"}

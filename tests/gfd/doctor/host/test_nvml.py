@@ -1,4 +1,4 @@
-"""Layer 3 (gfd/doctor/nvml.py): NVML, read through the NVML backend, against the kernel module."""
+"""Layer 3 (gfd/doctor/host/nvml.py): NVML, read through the NVML backend, against the kernel module."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from gfd.backends.errors import BackendError
 from gfd.backends.nvml import NvmlBackend
 from gfd.doctor.host import nvml
 from gfd.labels import LabelOptions, build_labels
-from tests.gfd.doctor.reports import layer
+from tests.gfd.doctor.host.reports import layer
 
 
 def test_version_mismatch_shows_both_versions(host, nvml, doctor):

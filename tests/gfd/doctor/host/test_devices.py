@@ -1,8 +1,8 @@
-"""Layer 5 (gfd/doctor/devices.py): the /dev files CUDA programs open."""
+"""Layer 5 (gfd/doctor/host/devices.py): the /dev files CUDA programs open."""
 
 from __future__ import annotations
 
-from tests.gfd.doctor.reports import layer
+from tests.gfd.doctor.host.reports import layer
 
 
 def test_missing_uvm_device_fails_layer_5(host, nvml, doctor):
