@@ -60,7 +60,8 @@ def _main(args: list[str]) -> int:
     import logging
     import os
 
-    from gfd.config import ConfigError, load_settings
+    from gfd.config import load_settings
+    from gfd.settings import ConfigError
 
     _setup_logging(logging.WARNING)
     log = logging.getLogger("gfd")

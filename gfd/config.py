@@ -1,7 +1,8 @@
 """Run settings: command line over environment over config file over default.
 
 What each setting is (its type, default, flags, variables and config-file field) is declared once, in
-``gfd.settings``; this module resolves them from argv, the environment and the file.
+``gfd.settings``, beside the ``ConfigError`` raised here; this module resolves them from argv, the
+environment and the file.
 Settings are a plain frozen dataclass checked by hand: importing this module or resolving settings loads
 no parsing library; the config *file* is read by ``gfd.yamlfile`` (libyaml and msgspec), only when one is
 given.
@@ -14,18 +15,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from gfd.settings import DEFAULT_OUTPUT_FILE, EXPIRY_INTERVALS, FILE_FIELDS, FLAGS, Flag, Settings
+from gfd.settings import EXPIRY_INTERVALS, FILE_FIELDS, FLAGS, ConfigError, Flag, Settings
 from gfd.sharing_config import SharingConfig
-from hostport import parse_address
 
-__all__ = ["DEFAULT_OUTPUT_FILE", "ConfigError", "Settings", "build_parser", "load_settings", "parse_address"]
+# The command line's own: Settings and ConfigError are imported from gfd.settings, never through here.
+__all__ = ["build_parser", "load_settings"]
 
 _DEFAULTS = Settings()
 _FILE_FIELD_OF = {flag.name: where for where, flag in FILE_FIELDS.items()}  # name -> flags.gfd.oneshot ...
-
-
-class ConfigError(ValueError):
-    """A bad flag, variable or config-file value; the message is one line naming where it came from."""
 
 
 class _Parser(argparse.ArgumentParser):

@@ -30,13 +30,13 @@ from datetime import UTC, datetime, timedelta
 from gfd.backends import Backend, Watching, detect, probe
 from gfd.backends.errors import BackendError
 from gfd.backends.host import with_machine_type
-from gfd.config import Settings
 from gfd.expiry import ExpiryPolicy
 from gfd.inventory import GpuFailure, Inventory
 from gfd.labels import LabelOptions, LabelSet, build_labels
 from gfd.loopcontrol import LoopControl
 from gfd.metrics import Metrics
 from gfd.readiness import STARTING, Readiness, of_inventory
+from gfd.settings import ConfigError, Settings
 from gfd.writer import FeatureFile
 from saidonce import SaidOnce
 
@@ -48,8 +48,6 @@ RETRY_WHEN_IDLE = timedelta(seconds=60)  # retry pace after a failure when the s
 def reread_settings(current: Settings, reload_fn: Callable[[], Settings] | None) -> Settings | None:
     """The settings after a reload request, or None to keep ``current`` (unchanged, or unreadable:
     logged, so a broken config file never stops a daemon that works)."""
-    from gfd.config import ConfigError
-
     if reload_fn is None:
         return None
     try:

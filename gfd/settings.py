@@ -10,7 +10,8 @@ derived from ``FLAGS``, the two together: the command line, its help and the "(d
 
 The flags and variables are NVIDIA gpu-feature-discovery's, so an existing DaemonSet spec keeps
 working; ours follow the same ``GFD_`` naming. Nothing here imports a parsing library (``gfd.config``
-says why).
+says why), so whatever reads settings (the daemon, the labelers, the doctor) imports ``Settings`` and
+``ConfigError`` from here and leaves the command line to ``gfd.config``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ DEFAULT_OUTPUT_FILE = "/etc/kubernetes/node-feature-discovery/source.d/gfd"
 EXPIRY_INTERVALS = 3  # the default expiry: this many sleep intervals ahead
 _TRUE = {"1", "t", "true", "y", "yes", "on"}
 _FALSE = {"0", "f", "false", "n", "no", "off"}
+
+
+class ConfigError(ValueError):
+    """A bad flag, variable or config-file value; the message is one line naming where it came from."""
+
 
 # --- value parsers: each takes the raw text and returns the typed value or raises ValueError ---
 

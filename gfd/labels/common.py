@@ -12,7 +12,7 @@ from gfd.inventory import Device, Inventory, MigDevice
 from gfd.sharing_config import SharingConfig
 
 if TYPE_CHECKING:
-    from gfd.config import Settings
+    from gfd.settings import Settings
 
 Labels = dict[str, str]
 

@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from gfd.config import DEFAULT_OUTPUT_FILE, ConfigError, Settings, build_parser, load_settings, parse_address
-from gfd.settings import FILE_FIELDS, FLAGS
+from gfd.config import build_parser, load_settings
+from gfd.settings import DEFAULT_OUTPUT_FILE, FILE_FIELDS, FLAGS, ConfigError, Settings
+from hostport import parse_address
 
 ROOT = Path(__file__).resolve().parents[2]
 

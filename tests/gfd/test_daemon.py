@@ -18,13 +18,14 @@ import pytest
 
 from gfd.backends import Backend, BackendChoice
 from gfd.backends.errors import BackendError
-from gfd.config import ConfigError, Settings, load_settings
+from gfd.config import load_settings
 from gfd.daemon import Daemon, reread_settings
 from gfd.expiry import ExpiryPolicy
 from gfd.inventory import Device, Inventory
 from gfd.loopcontrol import LoopControl
 from gfd.metrics import PrometheusMetrics
 from gfd.readiness import NO_NVML_DEVICE
+from gfd.settings import ConfigError, Settings
 from gfd.writer import read_feature_file
 
 PROFILES = Path(__file__).parent / "profiles_cli"
@@ -502,3 +503,15 @@ def test_a_reload_keeps_the_settings_when_the_new_ones_cannot_be_read(
     assert caplog.messages == ["reload: --config-file x.yaml: not valid YAML; keeping the settings in use"]
     changed = settings(profile, tmp_path / "other")
     assert reread_settings(current, lambda: changed) is changed
+
+
+def test_the_daemon_takes_its_settings_from_gfd_settings_not_the_command_line_parser() -> None:
+    # Settings and ConfigError have one home, gfd.settings; argparse is the command line's (gfd.config), and
+    # the daemon and its labelers run without it.
+    code = (
+        "import sys, gfd.daemon, gfd.labels.common\n"
+        "print(sorted(m for m in ('argparse', 'gfd.config') if m in sys.modules))\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=root)
+    assert (run.returncode, run.stdout.strip()) == (0, "[]"), run.stderr

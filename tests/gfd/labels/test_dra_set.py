@@ -7,9 +7,10 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, settings
 
-from gfd.config import ConfigError, load_settings
+from gfd.config import load_settings
 from gfd.inventory import Device, Inventory, MigDevice
 from gfd.labels import LabelOptions, build_labels
+from gfd.settings import ConfigError
 from gfd.sharing_config import ReplicatedResource, ReplicatedResources, SharingConfig
 from tests.gfd.labels.test_properties import inventories, options
 
