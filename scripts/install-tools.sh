@@ -82,6 +82,9 @@ scripts/peers/build.sh kubernetes kubernetes-1.30
 scripts/peers/build.sh dra-test-driver
 # Upstream NFD (nfd-master, nfd-worker) for the compatibility test and the benchmarks beside nfd-lite.
 scripts/peers/build.sh nfd
+# kwok (sigs.k8s.io/kwok): keeps a simulated fleet's Nodes Ready on the real API server, for the fleet test
+# (tests/kube/test_fleet_kwok.py) and benchmark (fleet-scale).
+scripts/peers/build.sh kwok
 # NVIDIA's gpu-feature-discovery and the mock NVML library both it and gfd load: the label parity oracle;
 # NVIDIA's k8s-device-plugin (same module) runs over the same library on the real test node.
 scripts/peers/build.sh nvidia-mock-nvml nvidia-gfd
