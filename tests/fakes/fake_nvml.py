@@ -20,6 +20,13 @@ devices); ``NVML_ERROR_FUNCTION_NOT_FOUND`` removes the symbol altogether.
 ``break_gpu``/``heal`` set and lift a GPU's fault while the library is in use
 (``nvml_faults``: lost, unknown error, a failing query, a hang); ``xid`` reports
 an Xid event (``nvml_events``).
+
+The benchmarks use it too: the gfd-probe piece (benchmarks/pieces/gfd_probe.py) times the probe and
+label pass over this fake and counts its ``calls``, outside any test, through ``fake_nvml_installed``.
+So a change to what the fake answers, or to how many calls it counts, moves the figures in
+benchmarks/README.md as well. It stays here, beside the tests' other doubles, because the benchmarks
+take their whole harness from tests/ (the API servers of tests/kube and tests/apiserver, the peers of
+tests/parity).
 """
 
 from __future__ import annotations
@@ -28,7 +35,8 @@ import ctypes
 import threading
 import uuid as uuidlib
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +77,7 @@ from tests.fakes.nvml_wire import (
     vgpu_config_space,
 )
 
-__all__ = ["FakeGpu", "FakeMig", "FakeNvml", "install_fake_nvml", "sysfs_bus_id"]
+__all__ = ["FakeGpu", "FakeMig", "FakeNvml", "fake_nvml_installed", "install_fake_nvml", "sysfs_bus_id"]
 
 
 class _Symbol:
@@ -416,3 +424,11 @@ def install_fake_nvml(
         monkeypatch.setattr(pynvml, "nvmlLib", fake)
         monkeypatch.setattr(pynvml, "CDLL", lambda name, *a, **k: fake)
     return fake
+
+
+@contextmanager
+def fake_nvml_installed(profile: MachineProfile) -> Iterator[FakeNvml]:
+    """``install_fake_nvml`` outside a test (the gfd-probe benchmark): the fake under the real bindings
+    for the ``with`` block, the bindings as they were after it."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        yield install_fake_nvml(monkeypatch, profile)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from _measure import free_port
+from benchmarks.support.measure import free_port
 
 # values.yaml: nfdLite.allowPrefixes
 ALLOW_PREFIXES = ("nvidia.com/", "feature.node.kubernetes.io/")

@@ -1,6 +1,6 @@
 """What the admission policy (rbac/admission-policy.yaml) costs the API server per writer PATCH.
 
-    python benchmarks/policy_cost.py [--quick] [--policy FILE] [--runs N] [--policy-patches K]
+    python -m benchmarks policy-cost [--quick] [--policy FILE] [--runs N] [--policy-patches K]
 
 A real control plane of its own (tests/kube: etcd, kube-apiserver, the controller that type-checks
 policies), rbac/ applied with ``--policy FILE`` in place of rbac/admission-policy.yaml, so another version
@@ -26,28 +26,21 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
-import shutil
 import ssl
-import sys
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from _measure import Figure, interleaved, thread_cpu_seconds  # noqa: E402
-
-from nfd_lite.api.client import FIELD_MANAGER, MERGE_PATCH, USER_AGENT  # noqa: E402
-from nfd_lite.node.reconciler import OWNED_ANNOTATION  # noqa: E402
-from tests.kube.controlplane import WRITER_NAMESPACE, ControlPlane  # noqa: E402
-from tests.kube.nfd import KUBELET_ANNOTATIONS, KUBELET_LABELS  # noqa: E402
+from benchmarks.support.control_plane import control_plane
+from benchmarks.support.measure import Figure, interleaved, thread_cpu_seconds
+from benchmarks.support.paths import ROOT
+from nfd_lite.api.client import FIELD_MANAGER, MERGE_PATCH, USER_AGENT
+from nfd_lite.node.reconciler import OWNED_ANNOTATION
+from tests.kube.controlplane import WRITER_NAMESPACE, ControlPlane
+from tests.kube.nfd import KUBELET_ANNOTATIONS, KUBELET_LABELS
 
 RBAC_DIR = ROOT / "rbac"
 SHIPPED_POLICY = RBAC_DIR / "admission-policy.yaml"
@@ -269,20 +262,6 @@ class Binding:
 # ---- the run ------------------------------------------------------------------------------------------
 
 
-@contextmanager
-def control_plane(prefix: str = "policy-cost-") -> Iterator[ControlPlane]:
-    """A control plane of its own: nothing else (no NFD, no writers) spends the server's CPU. Its logs are
-    kept (and said where) if the run fails."""
-    tmp = Path(tempfile.mkdtemp(prefix=prefix))
-    try:
-        with ControlPlane(tmp / "kube") as kube:
-            yield kube
-    except BaseException:
-        print(f"logs kept in {tmp}", file=sys.stderr)
-        raise
-    shutil.rmtree(tmp, ignore_errors=True)
-
-
 def idle_cpu_ms_per_s(pid: int, seconds: float = 3.0) -> float:
     before = thread_cpu_seconds(pid)
     time.sleep(seconds)
@@ -297,7 +276,7 @@ def figures(
     warmup: int = 3,
 ) -> list[Figure]:
     chosen = PolicyFile.read(policy or SHIPPED_POLICY)
-    with control_plane() as kube:
+    with control_plane("policy-cost-") as kube:
         apply_rbac(kube, chosen)
         kube.create_node("policy-probe")
         binding = Binding(kube, chosen, "policy-probe", kube.pod_token("policy-probe"))
@@ -344,9 +323,3 @@ def figures(
         )
         for i, n in enumerate(counts)
     ]
-
-
-if __name__ == "__main__":  # the same as figures.py policy-cost [options]
-    import figures as all_figures
-
-    sys.exit(all_figures.main(["policy-cost", *sys.argv[1:]]))

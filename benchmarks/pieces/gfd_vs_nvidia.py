@@ -3,7 +3,7 @@
 Both programs label the same simulated node through the same mock NVML C library (NVIDIA's go-nvml DGX
 A100, 8 GPUs; once whole, once with 7x 1g MIG devices per GPU under the mixed strategy), so NVML costs
 the same for both. The mock library stands in for the driver that NVIDIA's container toolkit injects into
-the pod. Ours is the installed product (benchmarks/_install.py) with the chart's arguments
+the pod. Ours is the installed product (benchmarks/support/install.py) with the chart's arguments
 (charts/gpu-labeller/templates/daemonset.yaml); NVIDIA's with the same machine-type file, MIG strategy and
 config file, writing its feature file as ours does (--use-node-feature-api=false). Runs alternate between
 the two.
@@ -25,21 +25,24 @@ from __future__ import annotations
 import shlex
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from _chart import GFD_ENV, gfd_args
-from _install import Installed
-from _measure import Figure, interleaved, peak_rss_mib, repeated, run_to_end, thread_cpu_seconds
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from tests.parity import peers  # noqa: E402  (where the peers are and the environment they need)
+from benchmarks.support.chart import GFD_ENV, gfd_args
+from benchmarks.support.install import Installed
+from benchmarks.support.measure import (
+    Figure,
+    interleaved,
+    peak_rss_mib,
+    repeated,
+    run_to_end,
+    thread_cpu_seconds,
+)
+from benchmarks.support.paths import ROOT
+from tests.parity import peers  # where the peers are and the environment they need
 
 MACHINES = {  # name -> (the mock's MIG layout, the MIG strategy)
     "8 whole A100": ("", "none"),
@@ -226,9 +229,3 @@ def first_command_figures(installed: Installed, *, runs: int) -> list[Figure]:
         ),
         Figure("alone", "the same, peak RSS", "MiB", got["rss"]),
     ]
-
-
-if __name__ == "__main__":  # the same as figures.py gfd-oneshot gfd-daemon gfd-first-command
-    import figures
-
-    sys.exit(figures.main([*["gfd-oneshot", "gfd-daemon", "gfd-first-command"], *sys.argv[1:]]))

@@ -4,27 +4,22 @@ summary) in the same run.
 
 Each Node carries the labels gfd writes for an H100 node (tests/gfd/golden/h100.single.labels), the
 writer's ownership record, and capacity for 8 GPUs; one in fifty is degraded, so the problems table is not
-empty. Run as `python benchmarks/figures.py fleet-view` (on demand, not in a full run: creating 5,000 Nodes
+empty. Run as `python -m benchmarks fleet-view` (on demand, not in a full run: creating 5,000 Nodes
 takes a minute or two).
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from _install import Installed  # noqa: E402
-from _measure import Figure, interleaved, run_to_end  # noqa: E402
-from policy_cost import control_plane  # noqa: E402
-
-from gfd.fleet.summary import OWNED  # noqa: E402
-from tests.kube.controlplane import KUBECTL, ControlPlane  # noqa: E402
+from benchmarks.support.control_plane import control_plane
+from benchmarks.support.install import Installed
+from benchmarks.support.measure import Figure, interleaved, run_to_end
+from benchmarks.support.paths import ROOT
+from gfd.fleet.summary import OWNED
+from tests.kube.controlplane import KUBECTL, ControlPlane
 
 COUNTS = (1000, 5000)
 GOLDEN = ROOT / "tests" / "gfd" / "golden" / "h100.single.labels"
@@ -95,9 +90,3 @@ def figures(installed: Installed, counts: tuple[int, ...] = COUNTS, runs: int = 
             )
             out.append(Figure("fleet", f"peak RSS, {n} Nodes", "MiB", mine["rss"], peer["rss"]))
     return out
-
-
-if __name__ == "__main__":  # the same as figures.py fleet-view [options]
-    import figures as all_figures
-
-    sys.exit(all_figures.main(["fleet-view", *sys.argv[1:]]))

@@ -26,18 +26,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from _chart import nfd_lite_args, nfd_lite_env  # noqa: E402
-from _install import Installed  # noqa: E402
-from _measure import free_port  # noqa: E402
-
-from tests.kube.controlplane import ControlPlane  # noqa: E402
-from tests.kube.fixtures import apply_rbac  # noqa: E402
-from tests.kube.nfd import NAMESPACE as NFD_NAMESPACE  # noqa: E402
-from tests.kube.nfd import NfdProcess, UpstreamNfd, as_kubelet_registers, sandbox_command  # noqa: E402
-from tests.kube.process import LoggedProcess  # noqa: E402
+from benchmarks.support.chart import nfd_lite_args, nfd_lite_env
+from benchmarks.support.install import Installed
+from benchmarks.support.measure import free_port
+from tests.kube.controlplane import ControlPlane
+from tests.kube.fixtures import apply_rbac
+from tests.kube.nfd import NAMESPACE as NFD_NAMESPACE
+from tests.kube.nfd import NfdProcess, UpstreamNfd, as_kubelet_registers, sandbox_command
+from tests.kube.process import LoggedProcess
 
 LITE_USER = "system:serviceaccount:gpu-labeller:nfd-lite"
 WORKER_USER = "system:serviceaccount:node-feature-discovery:nfd-worker"

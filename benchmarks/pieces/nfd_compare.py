@@ -1,7 +1,7 @@
 """nfd-lite beside upstream NFD (nfd-worker + nfd-master, scripts/peers/nfd) on the real kube-apiserver.
 
 Both writers run as their pods run them (tests/kube: pod-bound tokens at the in-cluster path, each as a
-non-root user of its own). nfd-lite is the installed product (benchmarks/_install.py) with the chart's
+non-root user of its own). nfd-lite is the installed product (benchmarks/support/install.py) with the chart's
 arguments in the hostPath mode: two directories, source.d (gfd's file) and features.d (another file),
 caps at their defaults, metrics on. nfd-worker reads its hard-coded features.d, holding the same two
 files, with its local source only (the job nfd-lite does); nfd-master runs once, on a Node of its own,
@@ -32,15 +32,14 @@ import itertools
 import math
 import shutil
 import statistics
-import sys
 import time
 from collections import Counter
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from _measure import Figure, cpu_seconds, interleaved, peak_rss_mib, percentile
-from _real_cluster import (
+from benchmarks.support.measure import Figure, cpu_seconds, interleaved, peak_rss_mib, percentile
+from benchmarks.support.real_cluster import (
     LITE_USER,
     MASTER_USER,
     WORKER_USER,
@@ -50,7 +49,6 @@ from _real_cluster import (
     tally,
     write_atomic,
 )
-
 from tests.kube.process import LoggedProcess
 
 PROFILE_TEXT = (
@@ -447,9 +445,3 @@ def scale(c: Cluster, *, counts: list[int], runs: int, steady: float, rss_mib: f
         rss_mib = max(rss_mib, *(max(f.ours + (f.theirs or [])) for f in got if f.unit == "MiB"))
         figures += got
     return figures
-
-
-if __name__ == "__main__":  # nfd_compare.py PHASE [options]: the same as figures.py nfd-PHASE [options]
-    import figures
-
-    sys.exit(figures.main([f"nfd-{sys.argv[1]}" if len(sys.argv) > 1 else "--help", *sys.argv[2:]]))

@@ -23,7 +23,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.support.paths import ROOT
+
 CACHE = ROOT / "benchmarks" / ".install"
 IMAGE_PYTHON = "3.12"  # the Dockerfile's default BASE_IMAGE, python:3.12-slim
 COMPLETE = ".complete"  # written last: an environment without it was interrupted and is rebuilt
@@ -161,7 +162,3 @@ def _build(python: str, files: list[Path], target: Path) -> None:
         except BaseException:
             shutil.rmtree(target, ignore_errors=True)
             raise
-
-
-if __name__ == "__main__":
-    print(install(sys.argv[1] if len(sys.argv) > 1 else None).describe())

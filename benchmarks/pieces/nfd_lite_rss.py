@@ -13,12 +13,12 @@ fake server (nfd_lite_propagation.py).
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
-from _install import Installed
-from _measure import Figure
-from _nfd_lite_common import NODE, ROOT, Bench
+from benchmarks.support.fake_server import NODE, Bench
+from benchmarks.support.install import Installed
+from benchmarks.support.measure import Figure
+from benchmarks.support.paths import ROOT
 
 FINISH = """
 for line in open('/proc/self/status'):
@@ -105,9 +105,3 @@ def figures(installed: Installed, *, runs: int, kopf_python: str | None = None) 
         return got
     finally:
         bench.close()
-
-
-if __name__ == "__main__":  # the same as figures.py nfd-lite-clients
-    import figures
-
-    sys.exit(figures.main([*["nfd-lite-clients"], *sys.argv[1:]]))

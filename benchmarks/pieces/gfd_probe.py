@@ -1,11 +1,12 @@
 """CPU time and NVML calls per GPU of one gfd probe + label pass (a benchmark, run on demand).
 
 Runs the NVML backend in this process over the real pynvml bindings and the fake NVML library of the
-tests (tests/fakes/fake_nvml.py), then builds the labels, for machines of 1 and 8 A100 GPUs with every
-GPU in MIG mode (7x 1g.5gb each), under MIG strategies "single" and "mixed", and for a machine of 8 whole
-H100 GPUs: the median CPU time of a pass per GPU over many passes, and how many NVML C calls one pass
-makes per GPU (target: at most 5 ms of CPU per GPU). It measures the code, not the installation: the
-sources are imported from the working tree, by the interpreter that runs the benchmarks.
+tests (tests/fakes/fake_nvml.py, which serves the tests and this piece), then builds the labels, for
+machines of 1 and 8 A100 GPUs with every GPU in MIG mode (7x 1g.5gb each), under MIG strategies "single"
+and "mixed", and for a machine of 8 whole H100 GPUs: the median CPU time of a pass per GPU over many
+passes, and how many NVML C calls one pass makes per GPU (target: at most 5 ms of CPU per GPU). It
+measures the code, not the installation: the sources are imported from the working tree, by the
+interpreter that runs the benchmarks.
 
 The fake answers in microseconds, so the figures are the bindings' and our own cost; a real driver adds
 its own latency per call, which is why the call count is shown too.
@@ -15,21 +16,15 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the fake library lives in the tests package
-
-import pytest  # noqa: E402  (MonkeyPatch installs and removes the fake cleanly)
-from _measure import Figure  # noqa: E402
-
-from gfd.backends.nvml import NvmlBackend  # noqa: E402
-from gfd.labels import LabelOptions, build_labels  # noqa: E402
-from gfd.machine_profile import MachineProfile, load_machine_profile  # noqa: E402
-from tests.fakes.fake_nvml import install_fake_nvml  # noqa: E402
+from benchmarks.support.measure import Figure
+from gfd.backends.nvml import NvmlBackend
+from gfd.labels import LabelOptions, build_labels
+from gfd.machine_profile import MachineProfile, load_machine_profile
+from tests.fakes.fake_nvml import fake_nvml_installed
 
 TARGET_MS_PER_GPU = 5.0
 
@@ -81,8 +76,7 @@ def _machine(machine: str, devices: list[dict[str, object]]) -> MachineProfile:
 
 def run_case(profile: MachineProfile, strategy: str, repeat: int) -> dict[str, float]:
     gpus = len(profile.devices)
-    with pytest.MonkeyPatch.context() as mp, tempfile.TemporaryDirectory() as tmp:
-        fake = install_fake_nvml(mp, profile)
+    with fake_nvml_installed(profile) as fake, tempfile.TemporaryDirectory() as tmp:
         backend = NvmlBackend(host_root=fake.write_host_root(Path(tmp)))
         opts = LabelOptions(mig_strategy=strategy)  # type: ignore[arg-type]
         labels = 0
@@ -141,9 +135,3 @@ def figures(*, repeat: int) -> list[Figure]:
         )
         note = ""
     return got
-
-
-if __name__ == "__main__":  # the same as figures.py gfd-probe
-    import figures
-
-    sys.exit(figures.main([*["gfd-probe"], *sys.argv[1:]]))

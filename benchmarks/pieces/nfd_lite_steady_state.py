@@ -5,18 +5,17 @@ The writer (installed, the chart's arguments, kubeconfig mode) runs with its def
 lasts --watch-timeout=1800 s, the directories are rescanned every 60 s); every request it makes during a
 window, once its labels are in place, is counted and scaled to an hour. The structural figure beside it:
 3600 / watch-timeout watch renewals an hour (bookmarks arrive on the open stream and cost none). The real
-server's count, beside NFD's, is nfd_compare.py's scale phase.
+server's count, beside NFD's, is nfd_compare.py's scale phase (nfd-scale).
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from collections import Counter
 
-from _install import Installed
-from _measure import Figure
-from _nfd_lite_common import Bench
+from benchmarks.support.fake_server import Bench
+from benchmarks.support.install import Installed
+from benchmarks.support.measure import Figure
 
 CONTENT = "nvidia.com/gpu.count=8\nnvidia.com/gpu.product=H100\nfeature.node.kubernetes.io/gpu=true\n"
 
@@ -61,9 +60,3 @@ def figures(installed: Installed, *, window: float) -> list[Figure]:
             "by design 2 watch renewals an hour (3600 / --watch-timeout).",
         ),
     ]
-
-
-if __name__ == "__main__":  # the same as figures.py nfd-lite-steady-fake
-    import figures
-
-    sys.exit(figures.main([*["nfd-lite-steady-fake"], *sys.argv[1:]]))

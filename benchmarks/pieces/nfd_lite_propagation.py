@@ -4,7 +4,7 @@ in the server's store, p50 and p99.
 Each change writes a temp file and renames it over ``gfd`` (what gfd does); the clock starts just before
 the rename and stops when the fake server's store holds the new value (woken by the store's own
 condition, no polling). Targets: p50 <= 10 ms, p99 <= 50 ms. The same procedure on the real
-kube-apiserver, beside NFD, is nfd_compare.py's; this one shows what the test double hides.
+kube-apiserver, beside NFD, is nfd_compare.py's (nfd-propagation); this one shows what the test double hides.
 Changes come every 20 ms or so, far faster than the writer's default write rate (a burst of 10, then 1
 a second) lets them out, so the rate is lifted here: this measures the path from a file to the label,
 not the token bucket.
@@ -12,12 +12,11 @@ not the token bucket.
 
 from __future__ import annotations
 
-import sys
 import time
 
-from _install import Installed
-from _measure import Figure, percentile
-from _nfd_lite_common import Bench
+from benchmarks.support.fake_server import Bench
+from benchmarks.support.install import Installed
+from benchmarks.support.measure import Figure, percentile
 
 KEY = "nvidia.com/gpu.machine"
 PROFILE_TEXT = "nvidia.com/gpu.present=true\nnvidia.com/gpu.count=8\n"
@@ -63,9 +62,3 @@ def figures(installed: Installed, *, changes: int) -> list[Figure]:
             "alone", "nfd-lite peak RSS on the fake API server (kubeconfig mode), after them", "MiB", [rss]
         ),
     ]
-
-
-if __name__ == "__main__":  # the same as figures.py nfd-lite-fake
-    import figures
-
-    sys.exit(figures.main([*["nfd-lite-fake"], *sys.argv[1:]]))

@@ -1,5 +1,5 @@
 """Shared set-up for the nfd-lite benchmarks on the fake API server (tests/apiserver): the server in this
-process, the writer as its own process (the installed ``nfd-lite``, benchmarks/_install.py), as it runs
+process, the writer as its own process (the installed ``nfd-lite``, benchmarks/support/install.py), as it runs
 in the pod apart from the kubeconfig (the fake server is reached through one)."""
 
 from __future__ import annotations
@@ -8,19 +8,14 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from _chart import nfd_lite_args, nfd_lite_env  # noqa: E402
-from _install import Installed  # noqa: E402
-from _measure import peak_rss_mib  # noqa: E402
-
-from tests.apiserver.server import FakeApiServer  # noqa: E402
+from benchmarks.support.chart import nfd_lite_args, nfd_lite_env
+from benchmarks.support.install import Installed
+from benchmarks.support.measure import peak_rss_mib
+from tests.apiserver.server import FakeApiServer
 
 NODE = "bench-node"
 USER = "system:serviceaccount:gpu-labeller:nfd-lite"

@@ -5,18 +5,14 @@ docs/apiserver.md.
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
+from kubernetes import client, watch
 
-from _measure import Figure  # noqa: E402
-from kubernetes import client, watch  # noqa: E402
-
-from tests.apiserver.server import FakeApiServer  # noqa: E402
+from benchmarks.support.measure import Figure
+from tests.apiserver.server import FakeApiServer
 
 ROUNDS = 200
 
@@ -78,9 +74,3 @@ def figures() -> list[Figure]:
         for name, times in (("PATCH round trip", patch), ("watch delivery", delivery))
         for label, fraction in (("p50", 0.5), ("p99", 0.99))
     ]
-
-
-if __name__ == "__main__":  # the same as figures.py apiserver-overhead
-    import figures
-
-    sys.exit(figures.main([*["apiserver-overhead"], *sys.argv[1:]]))

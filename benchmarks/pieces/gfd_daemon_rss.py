@@ -11,17 +11,16 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from functools import partial
 from pathlib import Path
 
-from _chart import GFD_ENV, gfd_args
-from _install import Installed
-from _measure import Figure, peak_rss_mib, repeated
+from benchmarks.support.chart import GFD_ENV, gfd_args
+from benchmarks.support.install import Installed
+from benchmarks.support.measure import Figure, peak_rss_mib, repeated
+from benchmarks.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT / "profiles" / "dgx-a100-mig.yaml"
 CASES = {  # name -> (backend, its own arguments)
     "mock backend (dgx-a100-mig)": ("mock", [f"--mock-profile={PROFILE}"]),
@@ -80,9 +79,3 @@ def figures(installed: Installed, *, runs: int, seconds: float) -> list[Figure]:
             digits=0,
         ),
     ]
-
-
-if __name__ == "__main__":  # the same as figures.py gfd-alone
-    import figures
-
-    sys.exit(figures.main([*["gfd-alone"], *sys.argv[1:]]))
