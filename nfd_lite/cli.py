@@ -238,7 +238,7 @@ def dry_run(
     state.rescan(now_utc())
     for expired in state.expired:
         log.info("%s:%d %s: expired (its +expiry-time has passed)", expired.file, expired.line, expired.key)
-    result = plan_pass(state, NodeState(), settings, allow_removal=True)
+    result = plan_pass(state.labels(), NodeState(), settings, allow_removal=True)
     return {
         "labels": state.labels(),
         "rejected": [r.as_dict() for r in state.rejected],

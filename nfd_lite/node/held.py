@@ -2,9 +2,9 @@
 
 A patch is all or nothing: one label the server's policy refuses (a prefix the policy no longer allows,
 a label a site's own policy protects) would otherwise refuse every other label with it, pass after pass.
-A refusal that names labels of the patch holds just those back: the change is planned and sent again
-without them at once, and they are tried again after ``retry_after`` seconds. A refusal that names none
-of them is the whole patch's, and is raised as before.
+A refusal that names labels of the patch holds just those back: the caller (a sync pass, ``prune``)
+plans and sends the change again without them at once, and they are tried again after ``retry_after``
+seconds. A refusal that names none of them is the whole patch's, and the caller raises it.
 """
 
 from __future__ import annotations
@@ -12,12 +12,9 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
 
 from nfd_lite.api.errors import AdmissionRefused
-from nfd_lite.node.reconciler import Plan
 
-T = TypeVar("T")
 _SEPARATORS = re.compile(r"[\s,]+")
 _QUOTES = "'\"`.;:()[]{}"  # around a key in a message; no label key starts or ends with one
 
@@ -52,30 +49,13 @@ class HeldKeys:
             self._until[key] = until
             self.reasons[key] = reason
 
+    def hold_refused(self, err: AdmissionRefused, touched: frozenset[str]) -> bool:
+        """Hold back the label keys of a patch (``touched``: ``Plan.touched``) that its refusal ``err``
+        names and that are not held yet. False when it names none: the refusal is the whole patch's."""
+        named = refused_keys(err.message, touched) - self.keys()
+        self.hold(named, err.message)
+        return bool(named)
+
     def next_retry(self) -> float | None:
         """When (``clock`` time) the first held key is due to be tried again; None when none is held."""
         return min(self._until.values(), default=None)
-
-
-def send_around_refusals(
-    plan: Callable[[frozenset[str]], Plan],
-    send: Callable[[dict[str, Any]], T],
-    held: HeldKeys,
-    refused: Callable[[AdmissionRefused], None] = lambda err: None,
-) -> tuple[Plan, T | None]:
-    """``plan`` (given the keys held back) and ``send`` its patch; when the admission policy refuses it
-    naming labels of the patch, hold those back (and tell ``refused``) and plan and send again, until a
-    patch is admitted or nothing is left to send. Returns the plan sent (or that sent nothing) and the
-    answer. A refusal that names no label of the patch is raised."""
-    while True:
-        result = plan(held.keys())
-        if result.patch is None:
-            return result, None
-        try:
-            return result, send(result.patch)
-        except AdmissionRefused as err:
-            named = refused_keys(err.message, result.touched) - held.keys()
-            if not named:
-                raise
-            refused(err)
-            held.hold(named, err.message)

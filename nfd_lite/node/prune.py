@@ -6,10 +6,10 @@ import math
 from dataclasses import dataclass, field
 
 from nfd_lite.api.client import NodeApi
-from nfd_lite.api.errors import AccessDenied, NotFound
+from nfd_lite.api.errors import AccessDenied, AdmissionRefused, NotFound
 from nfd_lite.api.retry import RetryPolicy
 from nfd_lite.files.policy import Policy
-from nfd_lite.node.held import HeldKeys, send_around_refusals
+from nfd_lite.node.held import HeldKeys
 from nfd_lite.node.reconciler import NodeState, plan
 
 PRUNE_MAX_BACKOFF = 5.0  # a one-off command: give up within seconds, not minutes
@@ -33,9 +33,14 @@ def prune(api: NodeApi, policy: Policy, attempts: int = 5) -> Pruned:
 
     def once() -> None:
         node = NodeState.from_object(api.get_node())
-        result, _ = send_around_refusals(
-            lambda keys: plan({}, node, may_own=policy.may_own, held=keys), api.patch_node, held
-        )
+        # Read once; around a refusal naming labels of the patch, the rest is planned and sent at once.
+        while (result := plan({}, node, may_own=policy.may_own, held=held.keys())).patch is not None:
+            try:
+                api.patch_node(result.patch)
+                break
+            except AdmissionRefused as err:
+                if not held.hold_refused(err, result.touched):
+                    raise  # the whole patch's refusal, not one of its labels'
         pruned.removed = result.removed
         pruned.refused = {key: held.reasons[key] for key in sorted(held.keys())}
 

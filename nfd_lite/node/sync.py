@@ -1,5 +1,10 @@
-"""One sync pass: check the admission policy when due, plan against the newest Node known, report
+"""One sync pass: check the admission policy when due, read the newest Node known, plan, report
 conflicts, patch, record metrics; each attempt under the retry policy. Runs on the main loop's thread only.
+
+An attempt is NFD's updater-pool shape, get, update and requeue in one function: read the Node, plan
+with a pure function of (Node, desired labels, held-back labels), send, and around a refusal of the
+admission policy that names labels of the patch, hold those back and read, plan and send the rest at
+once. Only reading touches the ``Inbox`` or the server; planning does neither.
 
 The newest Node known is the newer of the one the watch delivered (through the ``Inbox``) and the answers
 to this writer's own requests: a read when it has no Node yet or a patch failed, and each patch's answer.
@@ -10,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from nfd_lite.api.client import NodeApi
@@ -20,7 +25,7 @@ from nfd_lite.api.throttle import TokenBucket
 from nfd_lite.files.features import FeatureState
 from nfd_lite.files.rejections import printable
 from nfd_lite.metrics import WriterMetrics
-from nfd_lite.node.held import HeldKeys, send_around_refusals
+from nfd_lite.node.held import HeldKeys
 from nfd_lite.node.inbox import Inbox
 from nfd_lite.node.reconciler import NodeState, Plan, plan
 from nfd_lite.node.selfcheck import AdmissionCheck
@@ -31,18 +36,19 @@ log = logging.getLogger(__name__)
 
 
 def plan_pass(
-    features: FeatureState,
+    desired: Mapping[str, str],
     node: NodeState,
     settings: WriterSettings,
     *,
     allow_removal: bool,
     held: frozenset[str] = frozenset(),
 ) -> Plan:
-    """What a pass sends to ``node``: the feature files' labels as last read, under the settings' policy,
-    leaving ``held`` keys (refused by the admission policy) as they are. ``--dry-run`` plans with it too,
-    against a Node that carries nothing, and sends nothing."""
+    """What a pass sends to ``node`` for the ``desired`` labels (the feature files' as last read), under
+    the settings' policy, leaving ``held`` keys (refused by the admission policy) as they are. Pure: no
+    request, no Inbox. ``--dry-run`` plans with it too, against a Node that carries nothing, and sends
+    nothing."""
     return plan(
-        features.labels(),
+        desired,
         node,
         overwrite=settings.overwrite,
         allow_removal=allow_removal,
@@ -99,9 +105,24 @@ class NodeSync:
         self.retry.call(self._attempt, "patch", attempts)
 
     def _attempt(self) -> None:
+        """Get, update, requeue: read the newest Node, plan, and send; after a wait for the write rate,
+        read and plan again (the watch may have brought a newer Node meanwhile); after a refusal that
+        names labels of the patch, hold those back and read, plan and send the rest at once. A failure
+        ends the attempt (the retry policy decides what comes next)."""
         self._check_policy_when_due()
-        self._wait_for_write_rate()
-        result, answer = send_around_refusals(self._plan, self._send, self.held, self._refused_now)
+        result = self._plan(self._newest_node())
+        if result.patch is not None and self._waited_for_write_rate():
+            result = self._plan(self._newest_node())
+        answer: NodeState | None = None
+        while result.patch is not None:
+            try:
+                answer = self._send(result.patch)
+                break
+            except AdmissionRefused as err:
+                if not self.held.hold_refused(err, result.touched):
+                    raise  # the whole patch's refusal, not one of its labels'
+                self.metrics.api_errors.labels(err.code).inc()
+            result = self._plan(self._newest_node())
         self._report(result)
         self._report_held()
         if answer is not None:
@@ -119,22 +140,28 @@ class NodeSync:
         self.metrics.syncs.inc()
         self.synced = True
 
-    def _wait_for_write_rate(self) -> None:
-        """A write is due but over the write rate: wait for the token bucket. The pass plans again after
-        the wait, against what is newest by then."""
-        if self._plan(self.held.keys()).patch is None:
-            return
+    def _waited_for_write_rate(self) -> bool:
+        """A write is due: wait for the token bucket if it is over the write rate. Whether it waited."""
         delay = self.writes.delay()
-        if delay > 0 and self.retry.stop.wait(delay):
+        if delay <= 0:
+            return False
+        if self.retry.stop.wait(delay):
             raise Stopped
+        return True
 
     def next_retry(self) -> float | None:
         """When (monotonic) labels the admission policy refused are due to be tried again, if any are."""
         return self.held.next_retry()
 
-    def _plan(self, held: frozenset[str] = frozenset()) -> Plan:
-        node = self._newest_node()
-        return plan_pass(self.features, node, self.settings, allow_removal=self._allow_removal(), held=held)
+    def _plan(self, node: NodeState) -> Plan:
+        """The plan for ``node`` from the files as last read and the keys held back now."""
+        return plan_pass(
+            self.features.labels(),
+            node,
+            self.settings,
+            allow_removal=self._allow_removal(),
+            held=self.held.keys(),
+        )
 
     def next_policy_check(self) -> float | None:
         """When (monotonic) the admission policy is due to be checked again, if it is checked."""
@@ -166,6 +193,8 @@ class NodeSync:
             )
 
     def _newest_node(self) -> NodeState:
+        """The newest Node known, taking the watched one from the Inbox; read from the server when none
+        is known yet or the last patch failed (what it was planned against may be stale)."""
         self._learn(self.inbox.take_node())
         if self._node is None or self._read_first:
             self._learn(NodeState.from_object(self.api.get_node()))
@@ -189,9 +218,6 @@ class NodeSync:
     def _allow_removal(self) -> bool:
         grace_over = time.monotonic() - self._started >= self.settings.startup_grace
         return self.features.files_seen or grace_over
-
-    def _refused_now(self, err: AdmissionRefused) -> None:
-        self.metrics.api_errors.labels(err.code).inc()
 
     def _report_held(self) -> None:
         """Each refused label once when it is first held back (and every REFUSAL_REPEAT_AFTER while it

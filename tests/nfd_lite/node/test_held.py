@@ -1,15 +1,12 @@
 """Labels the admission policy refused: which keys a refusal names, how long they are held back, and that
-the rest of a change is planned and sent again without them."""
+the rest of a change is planned again without them. (The sync pass and prune send that rest:
+tests/nfd_lite/node/test_sync.py, test_e2e_faults.py and api/test_retry.py.)"""
 
 from __future__ import annotations
 
-from typing import Any
-
-import pytest
-
 from nfd_lite.api.errors import AdmissionRefused
 from nfd_lite.files.policy import Policy
-from nfd_lite.node.held import HeldKeys, refused_keys, send_around_refusals
+from nfd_lite.node.held import HeldKeys, refused_keys
 from nfd_lite.node.reconciler import OWNED_ANNOTATION, NodeState, Plan, plan
 
 DENIED = (
@@ -44,15 +41,8 @@ def test_a_held_key_is_tried_again_after_the_retry_interval() -> None:
     assert held.keys() == frozenset() and held.next_retry() is None
 
 
-def _refusing(*keys: str, calls: list[dict[str, Any]]) -> Any:
-    def send(patch: dict[str, Any]) -> str:
-        calls.append(patch)
-        named = [k for k in keys if k in patch["metadata"]["labels"]]
-        if named:
-            raise AdmissionRefused(403, DENIED + "not: " + ", ".join(named), verb="patch")
-        return "admitted"
-
-    return send
+def _refusal(*keys: str) -> AdmissionRefused:
+    return AdmissionRefused(403, DENIED + "not: " + ", ".join(keys), verb="patch")
 
 
 NODE = NodeState(
@@ -67,23 +57,22 @@ def _plan(held: frozenset[str]) -> Plan:
     return plan(desired, NODE, may_own=Policy().may_own, held=held)
 
 
-def test_the_rest_of_a_change_is_sent_without_the_refused_keys() -> None:
-    calls: list[dict[str, Any]] = []
+def test_the_rest_of_a_change_is_planned_without_the_refused_keys() -> None:
     held = HeldKeys(retry_after=30.0)
-    result, answer = send_around_refusals(
-        _plan, _refusing("example.com/new", "example.com/old", calls=calls), held
-    )
-    assert answer == "admitted"
+    first = _plan(held.keys())
+    assert held.hold_refused(_refusal("example.com/new", "example.com/old"), first.touched)
     assert held.keys() == {"example.com/new", "example.com/old"}
-    assert calls[-1]["metadata"]["labels"] == {"nvidia.com/gpu.count": "2"}
+    rest = _plan(held.keys())
+    assert rest.patch is not None
+    assert rest.patch["metadata"]["labels"] == {"nvidia.com/gpu.count": "2"}
     # The record keeps the refused owned label (it is still there) and does not gain the refused new one.
-    assert calls[-1]["metadata"]["annotations"] == {OWNED_ANNOTATION: "example.com/old,nvidia.com/gpu.count"}
-    assert result.removed == [] and result.set_labels == {"nvidia.com/gpu.count": "2"}
+    assert rest.patch["metadata"]["annotations"] == {OWNED_ANNOTATION: "example.com/old,nvidia.com/gpu.count"}
+    assert rest.removed == [] and rest.set_labels == {"nvidia.com/gpu.count": "2"}
 
 
-def test_a_refusal_that_names_no_key_of_the_patch_is_raised() -> None:
-    def send(patch: dict[str, Any]) -> str:
-        raise AdmissionRefused(403, DENIED + "nfd-lite may not change the Node spec", verb="patch")
-
-    with pytest.raises(AdmissionRefused):
-        send_around_refusals(_plan, send, HeldKeys(retry_after=30.0))
+def test_a_refusal_that_names_no_key_of_the_patch_holds_nothing() -> None:
+    held = HeldKeys(retry_after=30.0)
+    whole = AdmissionRefused(403, DENIED + "nfd-lite may not change the Node spec", verb="patch")
+    assert not held.hold_refused(whole, _plan(held.keys()).touched)
+    assert not held.hold_refused(_refusal("example.com/elsewhere"), _plan(held.keys()).touched)
+    assert held.keys() == frozenset()

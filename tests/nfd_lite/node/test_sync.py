@@ -1,6 +1,7 @@
-"""One sync pass (nfd_lite/node/sync.py) against the fake API server: which Node it plans against, when it
-reads one itself, that its own requests' answers stay out of the Inbox, what it records; and that
---dry-run plans with the same function."""
+"""One sync pass (nfd_lite/node/sync.py) against the fake API server: which Node it plans against (after a
+wait for the write rate too), when it reads one itself, that its own requests' answers stay out of the
+Inbox, what it records, what a refusal of the whole patch does; and that --dry-run plans with the same
+function."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from nfd_lite.api.errors import AdmissionRefused
 from nfd_lite.cli import dry_run
 from nfd_lite.node.reconciler import OWNED_ANNOTATION
 from tests.apiserver.server import FakeApiServer
@@ -163,3 +165,42 @@ def test_a_change_the_watch_delivers_while_a_patch_is_answered_still_gets_its_pa
     p.sync.once()
     assert ours(cluster) == {"nvidia.com/gpu.count": "2"}
     assert p.metric("nfd_lite_api_errors_total", code="409") == 0
+
+
+def test_after_waiting_for_the_write_rate_a_pass_plans_against_the_node_the_watch_delivered_meanwhile(
+    cluster: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    p = parts(cluster, tmp_path, write_rate=0.001, write_burst=1)
+    p.inbox.node_seen(cluster.get_node(NODE))
+    change(p, "nvidia.com/gpu.count=2\n")
+    p.sync.once()  # spends the one write the bucket holds
+    waits: list[float] = []
+    theirs: dict[str, Any] = {}
+
+    def wait(delay: float) -> bool:  # the write-rate wait, over at once; the watch delivers an edit meanwhile
+        waits.append(delay)
+        theirs.update(cluster.set_node_labels(NODE, {"team.example.com/owner": "ml"}))
+        p.inbox.node_seen(theirs)
+        return False
+
+    monkeypatch.setattr(p.sync.retry.stop, "wait", wait)
+    change(p, "nvidia.com/gpu.count=4\n")
+    p.sync.once()
+    assert len(waits) == 1 and waits[0] > 100
+    assert sent_version(p) == theirs["metadata"]["resourceVersion"]
+    assert p.metric("nfd_lite_api_errors_total", code="409") == 0
+    assert ours(cluster) == {"nvidia.com/gpu.count": "4"}
+
+
+def test_a_refusal_that_names_no_label_of_the_patch_fails_the_attempt(
+    cluster: FakeApiServer, tmp_path: Path
+) -> None:
+    p = parts(cluster, tmp_path)
+    denied = "ValidatingAdmissionPolicy 'site' with binding 'site' denied request: the Node spec is locked"
+    fault = cluster.inject(method="PATCH", path=NODE_PATH, status=403, message=denied, count=1)
+    change(p, "nvidia.com/gpu.count=2\n")
+    with pytest.raises(AdmissionRefused):
+        p.sync.once(attempts=1)
+    assert fault.hits == 1
+    assert p.sync.held.keys() == frozenset() and ours(cluster) == {}
+    assert p.metric("nfd_lite_syncs_total") == 0
