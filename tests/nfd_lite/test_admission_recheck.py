@@ -22,6 +22,7 @@ from tests.kube.controlplane import free_port
 from tests.nfd_lite.harness import NODE, OTHER_NODE, Writer, eventually, node_api, ours
 
 ENFORCED = "nfd_lite_admission_policy_enforced"
+WANT = {"nvidia.com/gpu.count": "2"}
 INTERVAL = 0.3  # seconds between checks here; 300 by default
 
 
@@ -100,7 +101,8 @@ def test_without_periodic_checks_a_deleted_binding_goes_unnoticed(tmp_path: Path
         }
         with Writer(server, tmp_path, **settings) as w:
             w.write("nvidia.com/gpu.count=2\n")
-            assert eventually(lambda: _readyz(port)[0] == 200)
+            # The label first: by then /readyz listens (asked earlier, it may not yet, and urlopen raises).
+            assert eventually(lambda: ours(server) == WANT and _readyz(port)[0] == 200)
             server.admission.bindings = []
             w.write("nvidia.com/gpu.count=3\n")
             assert eventually(lambda: ours(server) == {"nvidia.com/gpu.count": "3"})
