@@ -20,7 +20,7 @@ from nfd_lite.node.reconciler import OWNED_ANNOTATION, NodeState
 from nfd_lite.settings import WriterSettings
 
 if TYPE_CHECKING:
-    from nfd_lite.api.client import NodeApi
+    from nfd_lite.api.connection import Connection
 
 log = logging.getLogger("nfd_lite")
 DISTRIBUTION = "gpu-labeller"  # the package nfd-lite ships in; --version reports its version
@@ -265,24 +265,21 @@ def _light_kubernetes_import() -> None:
     sys.modules["kubernetes"] = package
 
 
-def _api(args: argparse.Namespace) -> NodeApi:
-    from nfd_lite.api.client import NodeApi
-
+def _connection(args: argparse.Namespace) -> Connection:
+    """Where the API server is and how to authenticate: the kubeconfig given, else the pod's own."""
     if args.kubeconfig:
         _light_kubernetes_import()  # the kubeconfig loader is the official client's
         from nfd_lite.api.kubeconfig import kubeconfig_connection
 
-        return NodeApi(kubeconfig_connection(args.kubeconfig), args.node_name)
+        return kubeconfig_connection(args.kubeconfig)
     from nfd_lite.api.incluster import in_cluster_connection
 
-    return NodeApi(in_cluster_connection(), args.node_name)
+    return in_cluster_connection()
 
 
 def _run(args: argparse.Namespace, policy: Policy, dirs: list[Path]) -> int:
     from nfd_lite.api.errors import AccessDenied, ApiError, explain
-    from nfd_lite.node.prune import prune
     from nfd_lite.node.selfcheck import PolicyNotEnforced
-    from nfd_lite.service import Service, StartupError
 
     if args.overwrite and args.command == "run" and not args.allow_without_admission_policy:
         raise UsageError(
@@ -290,34 +287,57 @@ def _run(args: argparse.Namespace, policy: Policy, dirs: list[Path]) -> int:
             f"label to nfd-lite, add its key to the node's {OWNED_ANNOTATION} annotation, or run "
             "--overwrite only with --allow-without-admission-policy"
         )
-    api = _api(args)
+    connection = _connection(args)
     try:
         if args.command == "prune":
-            pruned = prune(api, policy)
-            if not pruned.refused:
-                print(
-                    f"removed {len(pruned.removed)} owned labels and the ownership annotation from "
-                    f"{args.node_name}"
-                )
-                return 0
-            print(f"removed {len(pruned.removed)} owned labels from {args.node_name}")
-            reasons = sorted(set(pruned.refused.values()))
-            print(
-                f"nfd-lite: error: the admission policy refused removing {', '.join(pruned.refused)}; they "
-                f"stay, recorded as owned ({'; '.join(reasons)})",
-                file=sys.stderr,
-            )
-            return 1
-        settings = WriterSettings(
-            node_name=args.node_name, directories=dirs, policy=policy, overwrite=args.overwrite,
-            poll=args.poll, resync_interval=max(args.resync_interval, 1.0), debounce=args.debounce,
-            write_rate=args.write_rate, write_burst=args.write_burst,
-            startup_grace=args.startup_grace, watch_timeout=max(args.watch_timeout, 1),
-            metrics_address=args.metrics_address or None, limits=_limits(args),
-            require_admission_policy=not args.allow_without_admission_policy,
-            admission_check_interval=args.admission_check_interval,
-        )  # fmt: skip
-        service = Service(settings, api)
+            return _prune(connection, args.node_name, policy)
+        return _serve(args, connection, policy, dirs)
+    except ApiError as err:
+        message = explain(err) if isinstance(err, AccessDenied) else f"{err.code}: {err.message}"
+        print(f"nfd-lite: error: {message}", file=sys.stderr)
+        return 1
+    except PolicyNotEnforced as err:
+        print(f"nfd-lite: error: {err}", file=sys.stderr)
+        return 2
+
+
+def _prune(connection: Connection, node_name: str, policy: Policy) -> int:
+    from nfd_lite.api.client import NodeApi
+    from nfd_lite.node.prune import prune
+
+    api = NodeApi(connection, node_name)
+    try:
+        pruned = prune(api, policy)
+    finally:
+        api.close()
+    if not pruned.refused:
+        print(f"removed {len(pruned.removed)} owned labels and the ownership annotation from {node_name}")
+        return 0
+    print(f"removed {len(pruned.removed)} owned labels from {node_name}")
+    reasons = sorted(set(pruned.refused.values()))
+    print(
+        f"nfd-lite: error: the admission policy refused removing {', '.join(pruned.refused)}; they "
+        f"stay, recorded as owned ({'; '.join(reasons)})",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def _serve(args: argparse.Namespace, connection: Connection, policy: Policy, dirs: list[Path]) -> int:
+    """The writer, as a daemon or ``--oneshot``."""
+    from nfd_lite.service import Service, StartupError
+
+    settings = WriterSettings(
+        node_name=args.node_name, directories=dirs, policy=policy, overwrite=args.overwrite,
+        poll=args.poll, resync_interval=max(args.resync_interval, 1.0), debounce=args.debounce,
+        write_rate=args.write_rate, write_burst=args.write_burst,
+        startup_grace=args.startup_grace, watch_timeout=max(args.watch_timeout, 1),
+        metrics_address=args.metrics_address or None, limits=_limits(args),
+        require_admission_policy=not args.allow_without_admission_policy,
+        admission_check_interval=args.admission_check_interval,
+    )  # fmt: skip
+    service = Service(settings, connection)
+    try:
         if args.oneshot:
             if refused := service.oneshot():
                 print(
@@ -340,15 +360,8 @@ def _run(args: argparse.Namespace, policy: Policy, dirs: list[Path]) -> int:
             print(f"nfd-lite: error: {err}", file=sys.stderr)
             return 2
         return 0
-    except ApiError as err:
-        message = explain(err) if isinstance(err, AccessDenied) else f"{err.code}: {err.message}"
-        print(f"nfd-lite: error: {message}", file=sys.stderr)
-        return 1
-    except PolicyNotEnforced as err:
-        print(f"nfd-lite: error: {err}", file=sys.stderr)
-        return 2
     finally:
-        api.close()
+        service.api.close()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,9 +1,10 @@
 """The writer: feature files and the own-Node watch in, minimal merge patches out.
 
-``Service`` puts the parts together and runs them: the directory watcher and the Node watch
-(``nodewatch``) feed the ``Inbox``; the main loop (``loop``) rescans (``scanreport``) and runs sync passes
-(``sync``), which take the newest watched Node from the ``Inbox`` and make each request under the one
-retry policy (``retry``).
+``Service`` is the one place the writer's parts are put together (the command, ``--oneshot`` and the
+tests all build it): from the connection it makes the own-Node client, telling the ``Outage`` of each
+answer; the directory watcher and the Node watch (``nodewatch``) feed the ``Inbox``; the main loop
+(``loop``) rescans (``scanreport``) and runs sync passes (``sync``), which take the newest watched Node
+from the ``Inbox`` and make each request under the one retry policy (``retry``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import logging
 import threading
 
 from nfd_lite.api.client import NodeApi
+from nfd_lite.api.connection import Connection
 from nfd_lite.api.retry import Outage, RetryPolicy, Stopped
 from nfd_lite.files.features import FeatureState
 from nfd_lite.files.scanreport import ScanReporter
@@ -33,9 +35,10 @@ class StartupError(Exception):
 
 
 class Service:
-    def __init__(self, settings: WriterSettings, api: NodeApi, metrics: WriterMetrics | None = None) -> None:
+    def __init__(
+        self, settings: WriterSettings, connection: Connection, metrics: WriterMetrics | None = None
+    ) -> None:
         self.settings = settings
-        self.api = api
         self.metrics = metrics or WriterMetrics()
         self._stop = threading.Event()
         self.features = FeatureState(settings.directories, settings.policy, settings.limits)
@@ -43,7 +46,9 @@ class Service:
         self.outage = outage = Outage(settings.policy_recheck_after, settings.api_unreachable_after)
         self.metrics.api_unreachable.set_function(lambda: float(outage.unreachable()))
         self.metrics.api_unreachable_seconds.set_function(outage.unreachable_for)
-        api.heard = outage.heard
+        self.api = NodeApi(
+            connection, settings.node_name, request_timeout=settings.request_timeout, heard=outage.heard
+        )
         retry = RetryPolicy(
             max_backoff=settings.max_backoff,
             slow_retry=settings.slow_retry,
@@ -55,7 +60,7 @@ class Service:
         self.scan = ScanReporter(self.features, self.metrics)
         self.node_sync = NodeSync(
             settings=settings,
-            api=api,
+            api=self.api,
             features=self.features,
             inbox=self.inbox,
             retry=retry,
@@ -63,12 +68,20 @@ class Service:
             metrics=self.metrics,
         )
         self.watch = NodeWatch(
-            api,
+            self.api,
             settings.node_name,
             settings.watch_timeout,
             retry,
             self.inbox,
             silence=settings.watch_silence,
+        )
+        self.loop = MainLoop(
+            inbox=self.inbox,
+            features=self.features,
+            scan=self.scan,
+            sync=self.node_sync,
+            resync_interval=settings.resync_interval,
+            stop=self._stop,
         )
 
     @property
@@ -122,16 +135,8 @@ class Service:
             ) from err
         self.scan.rescan()
         self.watch.start()
-        loop = MainLoop(
-            inbox=self.inbox,
-            features=self.features,
-            scan=self.scan,
-            sync=self.node_sync,
-            resync_interval=s.resync_interval,
-            stop=self._stop,
-        )
         try:
-            loop.run(watcher)
+            self.loop.run(watcher)
         except Stopped:
             pass
         finally:

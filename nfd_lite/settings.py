@@ -29,6 +29,7 @@ class WriterSettings:
     # The API server sends a bookmark on a quiet watch about once a minute (its watch cache's heartbeat,
     # 1.30 and later); a watch that brings nothing for this long is presumed cut off and opened again.
     watch_silence: float = 75.0
+    request_timeout: float = 10.0  # each request's one deadline (the answer read whole within it)
     # No answer for this long once a request has failed unanswered (refused, timed out, a silent watch):
     # /readyz fails, nfd_lite_api_unreachable is 1 and one line names the likely cause. Above
     # watch_silence plus a request's timeout, so that a quiet healthy watch never reads as an outage.

@@ -8,22 +8,28 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from nfd_lite.api.client import NodeApi
+from nfd_lite.api.connection import Connection
 from nfd_lite.service import Service
 from nfd_lite.settings import WriterSettings
 from tests.waiting import eventually, write_atomic
 
 # Quick retries so fault tests end in seconds; the start-up grace would only delay removals.
-TEST_SETTINGS: dict[str, Any] = {"max_backoff": 0.5, "slow_retry": 0.5, "startup_grace": 0.0}
+TEST_SETTINGS: dict[str, Any] = {
+    "max_backoff": 0.5,
+    "slow_retry": 0.5,
+    "startup_grace": 0.0,
+    "request_timeout": 5.0,
+}
 
 
 class ServiceThread:
-    """``with ServiceThread(api, node, directory) as w:`` runs the writer until the block ends."""
+    """``with ServiceThread(connection, node, directory) as w:`` runs the writer, as the command builds it,
+    until the block ends."""
 
-    def __init__(self, api: NodeApi, node: str, directory: Path, **settings: Any) -> None:
-        self.api = api
+    def __init__(self, connection: Connection, node: str, directory: Path, **settings: Any) -> None:
         self.dir = directory
-        self.service = Service(WriterSettings(node, [directory], **(TEST_SETTINGS | settings)), api)
+        self.service = Service(WriterSettings(node, [directory], **(TEST_SETTINGS | settings)), connection)
+        self.api = self.service.api
         self.thread = threading.Thread(target=self.service.run, daemon=True)
 
     def __enter__(self) -> Self:

@@ -50,7 +50,14 @@ class NodeApi:
 
     watch_grace = WATCH_GRACE
 
-    def __init__(self, connection: Connection, node_name: str, *, request_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        connection: Connection,
+        node_name: str,
+        *,
+        request_timeout: float = 10.0,
+        heard: Callable[[], None] = lambda: None,
+    ) -> None:
         self.connection = connection
         self.node_name = node_name
         self.request_timeout = request_timeout
@@ -59,8 +66,8 @@ class NodeApi:
         self._watch_lock = threading.Lock()
         self._watching: BoundedConnection | None = None
         # Called on every answer of the API server (any HTTP response, each watch event or bookmark): how
-        # the writer knows it is reachable (retry.Outage).
-        self.heard: Callable[[], None] = lambda: None
+        # the writer knows it is reachable (``Outage.heard``). Given here, as httpx takes event_hooks.
+        self._heard = heard
 
     def abort_watch(self) -> None:
         """Unblock a watch read from another thread (used on shutdown)."""
@@ -140,7 +147,7 @@ class NodeApi:
                 headers["Authorization"] = authorization
             connection.request(method, target, body=data, headers=headers)
             response = connection.getresponse()
-            self.heard()
+            self._heard()
             if 200 <= response.status < 300:
                 return response
             answer = _body(response, f"{method} {path}", verb)
@@ -245,7 +252,7 @@ class NodeApi:
                         raise ConnectionFailed(0, message, verb="watch") from err
                     if not line:
                         return  # the server ended the watch
-                    self.heard()
+                    self._heard()
                     event = json.loads(line)
                     if event.get("type") == "ERROR":
                         status_object = event.get("object") or {}

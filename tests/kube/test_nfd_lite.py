@@ -253,9 +253,10 @@ def test_an_expired_watch_is_listed_again(restartable: ControlPlane, tmp_path: P
         features = tmp_path / "features.d"
         features.mkdir()
         (features / "gfd").write_text("nvidia.com/gpu.count=3\n")
-        service = Service(
-            WriterSettings(node, [features], startup_grace=0.0, max_backoff=0.5, resync_interval=3600), api
+        settings = WriterSettings(
+            node, [features], startup_grace=0.0, max_backoff=0.5, resync_interval=3600, request_timeout=5.0
         )
+        service = Service(settings, config)
         # As after the restart: the next watch starts from an expired version.
         service.watch.resource_version = stale
         runner = threading.Thread(target=service.run, daemon=True)

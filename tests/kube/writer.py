@@ -11,7 +11,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from nfd_lite.api.client import NodeApi
 from nfd_lite.api.kubeconfig import kubeconfig_connection
 from tests.kube.controlplane import ControlPlane
 from tests.kube.process import LoggedProcess
@@ -82,7 +81,7 @@ class ThreadWriter(ServiceThread):
             features.mkdir(exist_ok=True)
         self.token = token or kube.pod_token(node)
         config = kubeconfig_connection(kube.kubeconfig(workdir / f"kubeconfig-{node}", self.token))
-        super().__init__(NodeApi(config, node, request_timeout=5.0), node, features, **settings)
+        super().__init__(config, node, features, **settings)
 
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None

@@ -1,18 +1,17 @@
-"""A real writer (Service + real kubernetes client) in a thread against the fake API server, and the
-writer's parts put together without the Service for tests of one of them."""
+"""A real writer (Service + real kubernetes client) in a thread against the fake API server, and the parts
+of one the Service put together, without its threads, for tests of one of them."""
 
 from __future__ import annotations
 
 import copy
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nfd_lite.api.client import NodeApi
+from nfd_lite.api.connection import Connection
 from nfd_lite.api.kubeconfig import kubeconfig_connection
-from nfd_lite.api.retry import Outage, RetryPolicy
 from nfd_lite.files.features import FeatureState
 from nfd_lite.files.policy import DEFAULT_ALLOW_PREFIXES, Policy
 from nfd_lite.files.scanreport import ScanReporter
@@ -20,6 +19,7 @@ from nfd_lite.metrics import WriterMetrics
 from nfd_lite.node.inbox import Inbox
 from nfd_lite.node.reconciler import OWNED_ANNOTATION
 from nfd_lite.node.sync import NodeSync
+from nfd_lite.service import Service
 from nfd_lite.settings import WriterSettings
 from tests.apiserver.server import FakeApiServer
 from tests.service_thread import ServiceThread
@@ -30,6 +30,7 @@ __all__ = [
     "OTHER_NODE",
     "Parts",
     "Writer",
+    "connection_to",
     "eventually",
     "node_api",
     "ours",
@@ -52,70 +53,85 @@ def ours(apiserver: FakeApiServer, node: str = NODE) -> dict[str, str]:
     return {k: v for k, v in apiserver.labels(node).items() if k.startswith(("nvidia.com/", "feature.node"))}
 
 
-def node_api(apiserver: FakeApiServer, tmp_path: Path, node: str = NODE, token: str | None = None) -> NodeApi:
+def connection_to(
+    apiserver: FakeApiServer, tmp_path: Path, node: str = NODE, token: str | None = None
+) -> Connection:
+    """The writer's connection to ``apiserver``: a kubeconfig with the pod-bound token of ``node``."""
     token = token or apiserver.token_for_service_account("gpu-labeller", "nfd-lite", node_name=node)
-    kubeconfig = apiserver.write_kubeconfig(tmp_path / f"kubeconfig-{node}", token)
-    return NodeApi(kubeconfig_connection(kubeconfig), node, request_timeout=5.0)
+    return kubeconfig_connection(apiserver.write_kubeconfig(tmp_path / f"kubeconfig-{node}", token))
 
 
-class RecordingApi(NodeApi):
-    """The real client, keeping the body of every patch it sends (dry-run probes aside)."""
+def node_api(apiserver: FakeApiServer, tmp_path: Path, node: str = NODE, token: str | None = None) -> NodeApi:
+    """A client of its own, for what runs without the writer (prune, the self-check)."""
+    return NodeApi(connection_to(apiserver, tmp_path, node, token), node, request_timeout=5.0)
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.patches: list[dict[str, Any]] = []
 
-    def patch_node(self, body: Mapping[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+def _recorded_patches(api: NodeApi) -> list[dict[str, Any]]:
+    """The body of every patch ``api`` sends from now on (dry-run probes aside), as a test spy."""
+    patches: list[dict[str, Any]] = []
+    send = api.patch_node
+
+    def patch_node(body: Mapping[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
         if not dry_run:
-            self.patches.append(copy.deepcopy(dict(body)))
-        return super().patch_node(body, dry_run=dry_run)
+            patches.append(copy.deepcopy(dict(body)))
+        return send(body, dry_run=dry_run)
+
+    api.patch_node = patch_node  # type: ignore[method-assign]
+    return patches
 
 
 @dataclass
 class Parts:
     """The parts of one writer as ``Service`` joins them, minus its threads: a test drives them itself."""
 
-    api: RecordingApi
-    settings: WriterSettings
-    features: FeatureState
-    inbox: Inbox
-    scan: ScanReporter
-    sync: NodeSync
-    metrics: WriterMetrics
-    stop: threading.Event
+    service: Service
+    patches: list[dict[str, Any]]  # the bodies of the patches sent, dry runs aside
+
+    @property
+    def api(self) -> NodeApi:
+        return self.service.api
+
+    @property
+    def settings(self) -> WriterSettings:
+        return self.service.settings
+
+    @property
+    def features(self) -> FeatureState:
+        return self.service.features
+
+    @property
+    def inbox(self) -> Inbox:
+        return self.service.inbox
+
+    @property
+    def scan(self) -> ScanReporter:
+        return self.service.scan
+
+    @property
+    def sync(self) -> NodeSync:
+        return self.service.node_sync
+
+    @property
+    def metrics(self) -> WriterMetrics:
+        return self.service.metrics
 
     def metric(self, name: str, **labels: str) -> float:
         return self.metrics.registry.get_sample_value(name, labels or None) or 0.0
 
 
 def parts(apiserver: FakeApiServer, tmp_path: Path, **settings: Any) -> Parts:
-    """A writer's parts for NODE, reading ``tmp_path``/features.d (created), retrying quickly."""
+    """The parts of a writer for NODE, reading ``tmp_path``/features.d (created), retrying quickly."""
     features_dir = tmp_path / "features.d"
     features_dir.mkdir(exist_ok=True)
-    token = apiserver.token_for_service_account("gpu-labeller", "nfd-lite", node_name=NODE)
-    kubeconfig = apiserver.write_kubeconfig(tmp_path / f"kubeconfig-{NODE}", token)
-    api = RecordingApi(kubeconfig_connection(kubeconfig), NODE, request_timeout=5.0)
     options: dict[str, Any] = {
         "policy": Policy.from_prefixes(DEFAULT_ALLOW_PREFIXES, ["nvidia.com/*"]),
         "require_admission_policy": False,  # the fake API server enforces no admission policy
         "startup_grace": 0.0,
         "max_backoff": 0.1,
+        "request_timeout": 5.0,
     } | settings
-    config = WriterSettings(NODE, [features_dir], **options)
-    metrics, stop, outage = WriterMetrics(), threading.Event(), Outage(config.policy_recheck_after)
-    retry = RetryPolicy(max_backoff=config.max_backoff, stop=stop, metrics=metrics, outage=outage)
-    features = FeatureState(config.directories, config.policy, config.limits)
-    inbox = Inbox(config.debounce, config.debounce_cap)
-    sync = NodeSync(
-        settings=config,
-        api=api,
-        features=features,
-        inbox=inbox,
-        retry=retry,
-        outage=outage,
-        metrics=metrics,
-    )
-    return Parts(api, config, features, inbox, ScanReporter(features, metrics), sync, metrics, stop)
+    service = Service(WriterSettings(NODE, [features_dir], **options), connection_to(apiserver, tmp_path))
+    return Parts(service, _recorded_patches(service.api))
 
 
 class Writer(ServiceThread):
@@ -126,7 +142,7 @@ class Writer(ServiceThread):
         apiserver: FakeApiServer,
         tmp_path: Path,
         *,
-        api: NodeApi | None = None,
+        connection: Connection | None = None,
         directory: Path | None = None,
         **settings: Any,
     ) -> None:
@@ -140,4 +156,4 @@ class Writer(ServiceThread):
             "policy": Policy.from_prefixes(DEFAULT_ALLOW_PREFIXES, ["nvidia.com/*"]),
             "require_admission_policy": False,
         } | settings
-        super().__init__(api or node_api(apiserver, tmp_path), NODE, features, **options)
+        super().__init__(connection or connection_to(apiserver, tmp_path), NODE, features, **options)

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from nfd_lite.api.client import NodeApi
+from nfd_lite.api.connection import Connection
 from nfd_lite.api.incluster import TokenFile
 from nfd_lite.service import Service
 from tests.apiserver.server import FakeApiServer
-from tests.nfd_lite.harness import NODE, OTHER_NODE, Writer, eventually, node_api, ours, owned
+from tests.nfd_lite.harness import NODE, OTHER_NODE, Writer, connection_to, eventually, ours, owned
 
 PATCH_PATH = f"/api/v1/nodes/{NODE}"
 WANT = {"nvidia.com/gpu.count": "2"}
@@ -53,10 +53,7 @@ def test_connection_resets_are_retried(cluster: FakeApiServer, tmp_path: Path) -
 
 
 def test_timeouts_are_retried(cluster: FakeApiServer, tmp_path: Path) -> None:
-    token = cluster.token_for_service_account("gpu-labeller", "nfd-lite", node_name=NODE)
-    api = node_api(cluster, tmp_path, token=token)
-    api.request_timeout = 0.5
-    with Writer(cluster, tmp_path, api=api) as w:
+    with Writer(cluster, tmp_path, request_timeout=0.5) as w:
         running(w, cluster)
         cluster.inject(method="PATCH", path=PATCH_PATH, delay=2.0, reset=True, count=1)
         w.write("nvidia.com/gpu.count=2\n")
@@ -168,7 +165,7 @@ def test_forbidden_by_rbac_names_the_permission_and_keeps_trying(
     stranger = cluster.token_for_service_account("default", "stranger", node_name=NODE)
     with (
         caplog.at_level(logging.ERROR, "nfd_lite"),
-        Writer(cluster, tmp_path, api=node_api(cluster, tmp_path, token=stranger)) as w,
+        Writer(cluster, tmp_path, connection=connection_to(cluster, tmp_path, token=stranger)) as w,
     ):
         w.write("nvidia.com/gpu.count=2\n")
         assert eventually(lambda: w.metric("nfd_lite_api_errors_total", code="403") >= 2)
@@ -179,9 +176,9 @@ def test_forbidden_by_rbac_names_the_permission_and_keeps_trying(
     assert ours(cluster) == {}
 
 
-def _with_credentials(api: NodeApi, credentials: TokenFile) -> NodeApi:
-    """The same server and TLS as ``api``, authenticated by ``credentials``."""
-    return NodeApi(dataclasses.replace(api.connection, credentials=credentials), NODE, request_timeout=5.0)
+def _with_credentials(connection: Connection, credentials: TokenFile) -> Connection:
+    """The same server and TLS as ``connection``, authenticated by ``credentials``."""
+    return dataclasses.replace(connection, credentials=credentials)
 
 
 def test_a_rotated_token_is_picked_up(cluster: FakeApiServer, tmp_path: Path) -> None:
@@ -190,8 +187,8 @@ def test_a_rotated_token_is_picked_up(cluster: FakeApiServer, tmp_path: Path) ->
     token_path.write_text(first)
     token = TokenFile(token_path)
     token.read()
-    api = _with_credentials(node_api(cluster, tmp_path, token=first), token)
-    with Writer(cluster, tmp_path, api=api) as w:
+    config = _with_credentials(connection_to(cluster, tmp_path, token=first), token)
+    with Writer(cluster, tmp_path, connection=config) as w:
         w.write("nvidia.com/gpu.count=2\n")
         assert eventually(lambda: ours(cluster) == WANT)
         second = cluster.token_for_service_account("gpu-labeller", "nfd-lite", node_name=NODE)
@@ -209,8 +206,8 @@ def test_a_401_makes_it_reread_the_token_file(cluster: FakeApiServer, tmp_path: 
     token_path.write_text(first)
     token = TokenFile(token_path)
     token.read()
-    api = _with_credentials(node_api(cluster, tmp_path, token=first), token)
-    service = Service(Writer(cluster, tmp_path, api=api).service.settings, api)
+    config = _with_credentials(connection_to(cluster, tmp_path, token=first), token)
+    service = Service(Writer(cluster, tmp_path, connection=config).service.settings, config)
     second = cluster.token_for_service_account("gpu-labeller", "nfd-lite", node_name=NODE)
     # Rewritten in place with its times kept: nothing a stat sees changes, so only the 401 can tell.
     assert len(second) == len(first)

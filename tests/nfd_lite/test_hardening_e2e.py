@@ -14,7 +14,7 @@ from nfd_lite.node.reconciler import OWNED_ANNOTATION
 from nfd_lite.service import Service
 from nfd_lite.settings import WriterSettings
 from tests.apiserver.server import FakeApiServer
-from tests.nfd_lite.harness import NODE, Writer, eventually, node_api, ours, write_atomic
+from tests.nfd_lite.harness import NODE, Writer, connection_to, eventually, ours, write_atomic
 
 
 @pytest.fixture
@@ -54,12 +54,11 @@ def test_caps_are_exported_as_metrics_and_the_node_gets_only_what_fits(
     features.mkdir()
     for i in range(30):
         (features / f"f{i:02d}").write_text(f"nvidia.com/gpu.l{i:02d}=1\n")
-    api = node_api(cluster, tmp_path)
     limits = Limits(max_files=20, max_labels=15)
     settings = WriterSettings(
         NODE, [features], limits=limits, startup_grace=0.0, max_backoff=0.5, require_admission_policy=False
     )  # the fake API server enforces no admission policy
-    service = Service(settings, api)
+    service = Service(settings, connection_to(cluster, tmp_path))
     service.oneshot()
     labels = {k: v for k, v in ours(cluster).items() if k != "nvidia.com/mig.config"}  # not ours
     assert sorted(labels) == [f"nvidia.com/gpu.l{i:02d}" for i in range(15)]

@@ -12,9 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from nfd_lite.api.client import NodeApi
 from nfd_lite.api.errors import ConnectionFailed
-from nfd_lite.api.kubeconfig import kubeconfig_connection
 from nfd_lite.api.retry import Outage
 from nfd_lite.settings import WriterSettings
 from tests.apiserver.server import FakeApiServer
@@ -111,13 +109,10 @@ def test_the_writer_cut_off_from_the_api_server_says_so_and_recovers(
     drops packets); reset: connections are torn down (one that rejects them)."""
     with FakeApiServer(bookmark_interval=0.1) as server:
         server.add_node(NODE)
-        token = server.token_for_service_account("gpu-labeller", "nfd-lite", node_name=NODE)
-        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig", token)
-        api = NodeApi(kubeconfig_connection(kubeconfig), NODE, request_timeout=0.5)
         port = free_port()
-        settings = {"watch_silence": 0.5, "api_unreachable_after": 1.5}
+        settings = {"watch_silence": 0.5, "api_unreachable_after": 1.5, "request_timeout": 0.5}
         settings |= {"metrics_address": f"127.0.0.1:{port}"}
-        with caplog.at_level(logging.INFO, "nfd_lite"), Writer(server, tmp_path, api=api, **settings) as w:
+        with caplog.at_level(logging.INFO, "nfd_lite"), Writer(server, tmp_path, **settings) as w:
             w.write("nvidia.com/gpu.count=2\n")
             assert eventually(lambda: ours(server) == {"nvidia.com/gpu.count": "2"} and _readyz(port) == 200)
             # Quiet but healthy: bookmarks keep coming, the watch stays open, nothing is said.
@@ -164,11 +159,8 @@ def test_http_errors_are_answers_not_an_outage(tmp_path: Path, status: int) -> N
     are, never as a lost network."""
     with FakeApiServer() as server:
         server.add_node(NODE)
-        token = server.token_for_service_account("gpu-labeller", "nfd-lite", node_name=NODE)
-        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig", token)
-        api = NodeApi(kubeconfig_connection(kubeconfig), NODE, request_timeout=0.5)
-        settings = {"watch_silence": 0.5, "api_unreachable_after": 1.5}
-        with Writer(server, tmp_path, api=api, **settings) as w:
+        settings = {"watch_silence": 0.5, "api_unreachable_after": 1.5, "request_timeout": 0.5}
+        with Writer(server, tmp_path, **settings) as w:
             w.write("nvidia.com/gpu.count=2\n")
             assert eventually(lambda: ours(server) == {"nvidia.com/gpu.count": "2"} and w.service.ready())
             server.inject(status=status, count=None)

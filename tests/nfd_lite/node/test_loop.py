@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from nfd_lite.files.watcher import DirWatcher
-from nfd_lite.node.loop import MainLoop
 from tests.apiserver.server import FakeApiServer
 from tests.nfd_lite.harness import NODE, Parts, eventually, ours, parts, write_atomic
 
@@ -29,19 +28,15 @@ def cluster(apiserver: FakeApiServer) -> FakeApiServer:
 
 @contextmanager
 def running(p: Parts) -> Iterator[None]:
-    """The main loop on its own thread, watching the features directory, until the block ends."""
+    """The writer's main loop on its own thread, watching the features directory, until the block ends."""
     watcher = DirWatcher(p.settings.directories, p.inbox.files_changed)
-    loop = MainLoop(
-        inbox=p.inbox, features=p.features, scan=p.scan, sync=p.sync, resync_interval=60.0, stop=p.stop
-    )
     watcher.start()
-    thread = threading.Thread(target=loop.run, args=(watcher,), daemon=True)
+    thread = threading.Thread(target=p.service.loop.run, args=(watcher,), daemon=True)
     thread.start()
     try:
         yield
     finally:
-        p.stop.set()
-        p.inbox.wake()
+        p.service.stop()
         thread.join(10)
         watcher.stop()
     assert not thread.is_alive(), "the loop did not stop"

@@ -33,7 +33,7 @@ def change(p: Parts, text: str) -> None:
 
 
 def sent_version(p: Parts) -> str:
-    return str(p.api.patches[-1]["metadata"]["resourceVersion"])
+    return str(p.patches[-1]["metadata"]["resourceVersion"])
 
 
 def test_with_no_node_known_a_pass_reads_it_and_keeps_its_answers_out_of_the_inbox(
@@ -132,7 +132,7 @@ def test_the_dry_run_prints_what_the_first_pass_sends_but_the_precondition(
     change(p, "nvidia.com/gpu.count=2\ngpu.present\nkubernetes.io/evil=1\n")
     printed = dry_run(p.settings.directories, p.settings.policy, overwrite=False)
     p.sync.once()
-    (sent,) = p.api.patches
+    (sent,) = p.patches
     assert sent["metadata"].pop("resourceVersion")
     assert printed["patch"] == sent
     assert printed["labels"] == p.features.labels()
