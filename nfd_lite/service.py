@@ -14,7 +14,8 @@ import threading
 
 from nfd_lite.api.client import NodeApi
 from nfd_lite.api.connection import Connection
-from nfd_lite.api.retry import Outage, RetryPolicy, Stopped
+from nfd_lite.api.outage import Outage
+from nfd_lite.api.retry import RetryPolicy, Stopped
 from nfd_lite.files.features import FeatureState
 from nfd_lite.files.scanreport import ScanReporter
 from nfd_lite.files.watcher import DirWatcher

@@ -4,25 +4,16 @@ are tried again, how long to wait first, and what is logged about them."""
 from __future__ import annotations
 
 import logging
-import math
 import random
 import threading
-import time
 from collections.abc import Callable
 from typing import TypeVar
 
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 from tenacity.stop import stop_base
 
-from nfd_lite.api.errors import (
-    AccessDenied,
-    ApiError,
-    Conflict,
-    ConnectionFailed,
-    Gone,
-    ServerError,
-    explain,
-)
+from nfd_lite.api.errors import AccessDenied, ApiError, Conflict, Gone, explain
+from nfd_lite.api.outage import Outage
 from nfd_lite.metrics import WriterMetrics
 from saidonce import SaidOnce
 
@@ -35,91 +26,6 @@ REFUSAL_REPEAT_AFTER = 600.0
 
 class Stopped(Exception):
     """The writer was asked to stop while waiting to retry."""
-
-
-class Outage:
-    """How long the API server has been unreachable or failing. An outage this long may have been an
-    upgrade that dropped the admission policy, so the writer checks it again before its next write.
-
-    Unreachable means no answer at all (refused, timed out, a watch gone silent): what a NetworkPolicy
-    whose egress no longer matches the API server looks like. Once a request has failed so and nothing
-    answered for ``unreachable_after`` seconds, ``unreachable()`` is true (/readyz fails, a metric says
-    so) and one log line names the likely cause, once per outage; the first answer ends it."""
-
-    def __init__(
-        self,
-        long_after: float,
-        unreachable_after: float = math.inf,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.long_after = long_after
-        self.unreachable_after = unreachable_after
-        self._clock = clock
-        self._since: float | None = None
-        self._long_one_ended = False
-        self._lock = threading.Lock()  # the main loop, the Node watch and /readyz look at it side by side
-        self._last_answer = clock()  # start-up counts as an answer: the bound runs from here at first
-        self._unanswered: str | None = None  # the last failure without an answer since, if any
-        self._said = False  # the unreachable line was logged for this outage
-
-    def failed(self, err: ApiError) -> None:
-        if isinstance(err, ConnectionFailed | ServerError):
-            self._since = self._since or time.monotonic()
-        if isinstance(err, ConnectionFailed):
-            with self._lock:
-                self._unanswered = err.message
-            self.unreachable()  # says the line once the bound has passed
-
-    def answered(self) -> None:
-        if self._since is not None:
-            if time.monotonic() - self._since >= self.long_after:
-                self._long_one_ended = True
-            self._since = None
-
-    def heard(self) -> None:
-        """The API server answered (the client calls this on every HTTP response, an error's too, and on
-        each watch event or bookmark). A call that succeeds without a request, such as a sync pass with
-        nothing to send, is no answer."""
-        with self._lock:
-            silent, was_said = self._clock() - self._last_answer, self._said
-            self._last_answer = self._clock()
-            self._unanswered, self._said = None, False
-        if was_said:
-            log.info("the API server answers again, after %.0f s without an answer", silent)
-
-    def take_long_one(self) -> bool:
-        """Whether a long outage ended since the last call."""
-        ended, self._long_one_ended = self._long_one_ended, False
-        return ended
-
-    def unreachable_for(self) -> float:
-        """Seconds since the API server last answered, while a request has failed without an answer
-        since; 0 otherwise."""
-        with self._lock:
-            return 0.0 if self._unanswered is None else self._clock() - self._last_answer
-
-    def unreachable(self) -> bool:
-        """Whether the API server has been unreachable for ``unreachable_after`` or longer; the first
-        time in an outage, say why in one line."""
-        with self._lock:
-            if self._unanswered is None or self._clock() - self._last_answer < self.unreachable_after:
-                return False
-            say, self._said = not self._said, True
-            silent, error = self._clock() - self._last_answer, self._unanswered
-        if say:
-            log.error("%s", unreachable_line(silent, error))
-        return True
-
-
-def unreachable_line(silent: float, error: str) -> str:
-    """The one line said when the API server stays unreachable: the likely cause and what to change."""
-    return (
-        f"cannot reach the API server: no answer for {silent:.0f} s ({error}); the likely cause is a "
-        "NetworkPolicy whose egress no longer matches the API server's address or port (a control plane "
-        "replaced or moved): with the gpu-labeller chart, set networkPolicy.apiServerEgress=cilium or "
-        "calico where the network plugin follows the API server itself, or correct "
-        "networkPolicy.apiServerCIDRs / apiServerPorts (docs/deploy.md, NetworkPolicy)"
-    )
 
 
 class RetryPolicy:

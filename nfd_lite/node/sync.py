@@ -20,7 +20,8 @@ from typing import Any
 
 from nfd_lite.api.client import NodeApi
 from nfd_lite.api.errors import AdmissionRefused, ApiError
-from nfd_lite.api.retry import REFUSAL_REPEAT_AFTER, Outage, RetryPolicy, Stopped
+from nfd_lite.api.outage import Outage
+from nfd_lite.api.retry import REFUSAL_REPEAT_AFTER, RetryPolicy, Stopped
 from nfd_lite.api.throttle import TokenBucket
 from nfd_lite.files.features import FeatureState
 from nfd_lite.files.rejections import printable

@@ -1,7 +1,8 @@
 """Lost API access is never silent: once the API server has not answered for the bound (refused, timed
 out, a watch gone quiet: what a stale NetworkPolicy looks like), /readyz fails, a metric says so and one
-log line names the likely cause, once per outage; the first answer ends it. Outage with a clock of the
-test's own, then the writer against the fault-injecting API server cut off and restored."""
+log line names the likely cause, once per outage; the first answer ends it. The writer against the
+fault-injecting API server cut off and restored (Outage alone, with a clock of the test's own:
+tests/nfd_lite/api/test_outage.py)."""
 
 from __future__ import annotations
 
@@ -12,23 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from nfd_lite.api.errors import ConnectionFailed
-from nfd_lite.api.retry import Outage
 from nfd_lite.settings import WriterSettings
 from tests.apiserver.server import FakeApiServer
 from tests.kube.controlplane import free_port
 from tests.nfd_lite.harness import NODE, Writer, eventually, ours
 
 CAUSE = "networkPolicy.apiServerEgress"
-REFUSED = ConnectionFailed(0, "GET /api/v1/nodes: ConnectTimeoutError: timed out", verb="list")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def unreachable_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -41,56 +31,6 @@ def test_the_bound_is_above_a_quiet_watchs_silence_and_a_request() -> None:
     settings = WriterSettings("n", [])
     assert settings.api_unreachable_after >= settings.watch_silence + 10
     assert settings.watch_silence > 60  # the API server's bookmark period on a quiet watch
-
-
-def test_unreachable_once_the_bound_passes_said_once_and_ended_by_an_answer(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    clock = Clock()
-    outage = Outage(300.0, 90.0, clock)
-    with caplog.at_level(logging.INFO, "nfd_lite"):
-        clock.now += 30  # the last answer was 30 s ago
-        outage.failed(REFUSED)
-        assert not outage.unreachable()
-        assert outage.unreachable_for() == 30
-        clock.now += 59.9
-        outage.failed(REFUSED)
-        assert not outage.unreachable()
-        clock.now += 0.1  # 90 s since the last answer
-        assert outage.unreachable()
-        for _ in range(5):  # every readiness probe and scrape asks again
-            clock.now += 15
-            outage.failed(REFUSED)
-            assert outage.unreachable()
-        (line,) = unreachable_lines(caplog)
-        assert "no answer for 90 s" in line and REFUSED.message in line and CAUSE in line
-        outage.heard()
-        assert not outage.unreachable() and outage.unreachable_for() == 0
-        assert caplog.messages[-1] == "the API server answers again, after 165 s without an answer"
-        # A second outage is said again.
-        clock.now += 100
-        outage.failed(REFUSED)
-        assert outage.unreachable()
-    assert len(unreachable_lines(caplog)) == 2
-
-
-def test_silence_without_a_failed_request_is_no_outage() -> None:
-    # A quiet watch and nothing to write: no request failed, so nothing is known to be wrong.
-    clock = Clock()
-    outage = Outage(300.0, 90.0, clock)
-    clock.now += 3600
-    assert not outage.unreachable() and outage.unreachable_for() == 0
-
-
-def test_from_start_up_the_bound_runs_from_the_start(caplog: pytest.LogCaptureFixture) -> None:
-    # A new pod whose policy is already stale never gets an answer at all.
-    clock = Clock()
-    outage = Outage(300.0, 90.0, clock)
-    outage.failed(REFUSED)
-    clock.now += 90
-    with caplog.at_level(logging.ERROR, "nfd_lite"):
-        assert outage.unreachable()
-    assert len(unreachable_lines(caplog)) == 1
 
 
 def _readyz(port: int) -> int:
