@@ -1,14 +1,15 @@
 """Pure reconciliation: desired labels + the Node as read -> the smallest merge patch, or None.
 
 Ownership is recorded on the Node itself in the annotation ``gpu-labeller.io/owned-labels`` (sorted,
-comma-separated keys), so a restarted writer knows what it may remove without any local state. ``plan``
-is the one place that reads and writes that record; a sync pass (its owned-labels metric included),
-``--dry-run`` and ``prune`` (the plan of nothing desired) all go through it.
+comma-separated keys), so a restarted writer knows what it may remove without any local state. This module
+is the one place that reads and writes that record (``read_record``, ``write_record``): a sync pass (its
+owned-labels metric included), ``--dry-run`` and ``prune`` (the plan of nothing desired) go through
+``plan``, and the admission self-check's probe label through the two functions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,20 +67,31 @@ class Plan:
         return frozenset(labels) | self.owned if self.patch is not None else frozenset()
 
 
+def read_record(annotations: Mapping[str, Any]) -> frozenset[str]:
+    """Every key the ownership record in ``annotations`` lists, as written there."""
+    raw = str(annotations.get(OWNED_ANNOTATION) or "")
+    return frozenset(key for key in (part.strip() for part in raw.split(",")) if key)
+
+
+def write_record(keys: Iterable[str]) -> str | None:
+    """The ownership record listing ``keys`` (sorted, comma-separated); None, which removes the
+    annotation, when there are none."""
+    return ",".join(sorted(keys)) or None
+
+
 def _owned_keys(annotations: Mapping[str, str], may_own: Callable[[str], bool]) -> set[str]:
     """Keys listed in the ownership annotation that ``may_own`` accepts (``Policy.may_own``: everything but
     reserved-namespace and control labels). A key under a prefix that is no longer allowed stays owned, so it
     is removed rather than orphaned; a reserved or control label is never treated as owned, so an edited
     annotation cannot make the writer delete it, and it drops out of the record on the next write."""
-    raw = annotations.get(OWNED_ANNOTATION, "")
-    return {key for key in (part.strip() for part in raw.split(",")) if key and may_own(key)}
+    return {key for key in read_record(annotations) if may_own(key)}
 
 
 def _body(node: NodeState, labels: dict[str, str | None], owned: set[str]) -> dict[str, Any]:
     # The resourceVersion planned against is the patch's precondition; a Node never read offers none.
     meta: dict[str, Any] = {"resourceVersion": node.resource_version} if node.resource_version else {}
     meta["labels"] = labels
-    meta["annotations"] = {OWNED_ANNOTATION: ",".join(sorted(owned)) if owned else None}
+    meta["annotations"] = {OWNED_ANNOTATION: write_record(owned)}
     return {"metadata": meta}
 
 
@@ -134,9 +146,8 @@ def plan(
             changes[key] = None
             removed.append(key)
     recorded = node.annotations.get(OWNED_ANNOTATION)
-    wanted = ",".join(sorted(new_owned)) if new_owned else None
     return Plan(
-        patch=_body(node, changes, new_owned) if changes or recorded != wanted else None,
+        patch=_body(node, changes, new_owned) if changes or recorded != write_record(new_owned) else None,
         owned=frozenset(new_owned),
         conflicts=conflicts,
         set_labels={k: v for k, v in changes.items() if v is not None},

@@ -35,7 +35,7 @@ from typing import Any
 from nfd_lite.api.client import NodeApi
 from nfd_lite.api.errors import ApiError, Forbidden, policy_denial
 from nfd_lite.files.policy import Policy
-from nfd_lite.node.reconciler import OWNED_ANNOTATION
+from nfd_lite.node.reconciler import OWNED_ANNOTATION, read_record, write_record
 from promtext import Gauge
 
 log = logging.getLogger(__name__)
@@ -330,12 +330,11 @@ def _labels(node: Mapping[str, Any]) -> dict[str, str]:
 def _label_patch(node: Mapping[str, Any], key: str) -> dict[str, Any]:
     """A new label as a real write sends it: recorded in the ownership annotation (the policy refuses a
     created label it does not list), so that only the rule a probe is about can refuse it."""
-    annotations = (node.get("metadata") or {}).get("annotations") or {}
-    owned = {part.strip() for part in str(annotations.get(OWNED_ANNOTATION, "")).split(",") if part.strip()}
+    owned = read_record((node.get("metadata") or {}).get("annotations") or {})
     return {
         "metadata": {
             "labels": {key: PROBE_VALUE},
-            "annotations": {OWNED_ANNOTATION: ",".join(sorted(owned | {key}))},
+            "annotations": {OWNED_ANNOTATION: write_record(owned | {key})},
         }
     }
 

@@ -21,6 +21,7 @@ from nfd_lite.api.client import NodeApi
 from nfd_lite.api.errors import AdmissionRefused, Forbidden
 from nfd_lite.api.kubeconfig import kubeconfig_connection
 from nfd_lite.files.policy import Policy
+from nfd_lite.node.reconciler import OWNED_ANNOTATION
 from nfd_lite.node.selfcheck import (
     MANAGED_FIELDS,
     OTHER_NODES,
@@ -86,6 +87,17 @@ def test_the_shipped_policy_passes_and_nothing_is_stored(tmp_path: Path) -> None
         patches = [r for r in server.requests if r.method == "PATCH"]
         assert {r.path for r in patches} == {f"/api/v1/nodes/{NODE}", f"/api/v1/nodes/{OTHER_NODE}"}
         assert all(r.query.get("dryRun") == "All" for r in patches), patches
+
+
+def test_on_a_node_carrying_its_labels_the_probe_keeps_them_in_the_ownership_record(tmp_path: Path) -> None:
+    # The probe label is created, so it joins the record; a key leaving it without its label is refused.
+    mine = {"nvidia.com/gpu.count": "2", "nvidia.com/gpu.product": "H100"}
+    with FakeApiServer() as server:
+        server.add_node(NODE, labels=mine, annotations={OWNED_ANNOTATION: ",".join(sorted(mine))})
+        server.add_node(OTHER_NODE)
+        before = versions(server)
+        check_policy(node_api(server, tmp_path))
+        assert versions(server) == before
 
 
 def test_a_server_without_the_policy_fails_naming_every_property(
