@@ -88,6 +88,9 @@ scripts/peers/build.sh kwok
 # NVIDIA's gpu-feature-discovery and the mock NVML library both it and gfd load: the label parity oracle;
 # NVIDIA's k8s-device-plugin (same module) runs over the same library on the real test node.
 scripts/peers/build.sh nvidia-mock-nvml nvidia-gfd
+# promtool from Prometheus' pinned Go module (cmd/promtool only, not the server): loads the chart's alert rules
+# and runs their unit tests (tests/deploy/test_alert_rules.py); about 5 minutes on 2 cores the first time.
+scripts/peers/build.sh prometheus
 
 # The real one-node cluster of tests/node: Debian 12's containerd 1.6, runc 1.1 and CNI plugins, iptables and
 # conntrack for kube-proxy, a static busybox for test pods. Root only (CI runs as root); elsewhere the node
