@@ -10,7 +10,6 @@ import re
 import shlex
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from kubernetes_validate.utils import latest_version
 
 from nfd_lite.files.policy import Policy
 from tests.deploy.chart import CHART, HELMS, REPO, Tools, documents, one, run_helm
+from tests.deploy.markdown import blocks, section
 from tests.deploy.pss import level
 from tests.deploy.test_chart import _selects
 
@@ -32,69 +32,6 @@ PSS_ORDER = ("restricted", "baseline", "privileged")
 PSS_ENFORCE = "pod-security.kubernetes.io/enforce"
 # DRA mode needs resource.k8s.io/v1; every other mode renders the same on any supported version.
 KUBE_VERSION = "1.34.0"
-
-
-# --- the Markdown ----------------------------------------------------------------------------------------
-
-
-@dataclass
-class Block:
-    """A fenced shell block: its commands (continuations joined, comments dropped) and heredoc bodies."""
-
-    heading: str
-    commands: list[list[str]] = field(default_factory=list)
-    heredocs: list[str] = field(default_factory=list)
-
-
-def blocks(path: Path) -> list[Block]:
-    """The ```sh and ```console blocks of ``path``, in order, each with the heading it stands under."""
-    out: list[Block] = []
-    heading = ""
-    lines = iter(path.read_text().splitlines())
-    for line in lines:
-        if line.startswith("#"):
-            heading = line.lstrip("#").strip()
-        if not line.startswith("```"):
-            continue
-        if line.strip() not in ("```sh", "```console"):
-            for inner in lines:  # YAML, text: their '#' lines are no headings
-                if inner.strip() == "```":
-                    break
-            continue
-        block = Block(heading)
-        body: list[str] = []
-        for inner in lines:
-            if inner.strip() == "```":
-                break
-            body.append(inner)
-        pending = ""
-        rest = iter(body)
-        for raw in rest:
-            text = pending + raw.removeprefix("$ ")
-            if text.endswith("\\"):
-                pending = text[:-1] + " "
-                continue
-            pending = ""
-            # Only the commands a reader runs against the cluster or the checkout; console output is left.
-            if not re.match(r"(helm|kubectl|docker|[A-Z_]+=\S+ .*scripts/)", text.strip()):
-                continue
-            heredoc = re.search(r"<<'?(\w+)'?", text)
-            if heredoc:
-                end = heredoc.group(1)
-                here: list[str] = []
-                for inner in rest:
-                    if inner == end:
-                        break
-                    here.append(inner)
-                block.heredocs.append("\n".join(here))
-                text = text[: heredoc.start()]
-            block.commands.append(shlex.split(text, comments=True))
-        out.append(block)
-    return out
-
-
-def section(path: Path, heading: str) -> list[Block]:
-    return [b for b in blocks(path) if b.heading == heading]
 
 
 # --- the chart as a command renders it ------------------------------------------------------------------
