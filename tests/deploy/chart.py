@@ -67,6 +67,8 @@ MATRIX: dict[str, dict[str, Any]] = {
         "metrics": {
             "service": {"enabled": True},
             "serviceMonitor": {"enabled": True, "labels": {"release": "p"}},
+            "prometheusRule": {"enabled": True, "labels": {"release": "p"}, "alertLabels": {"team": "gpu"}},
+            "grafanaDashboard": {"enabled": True, "annotations": {"grafana_folder": "GPU"}},
         },
         "networkPolicy": {
             "apiServerCIDRs": ["10.0.0.5/32"],

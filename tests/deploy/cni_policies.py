@@ -16,9 +16,15 @@ import jsonschema
 CRDS = Path(__file__).resolve().parent / "crds"
 CILIUM = ("cilium.io/v2", "CiliumNetworkPolicy")
 CALICO = ("projectcalico.org/v3", "NetworkPolicy")
+# Not policies, but the chart's other custom resources, checked the same way (metrics.serviceMonitor,
+# metrics.prometheusRule).
+SERVICE_MONITOR = ("monitoring.coreos.com/v1", "ServiceMonitor")
+PROMETHEUS_RULE = ("monitoring.coreos.com/v1", "PrometheusRule")
 _PINNED = {
     CILIUM: "cilium.io_ciliumnetworkpolicies.json",
     CALICO: "crd.projectcalico.org_networkpolicies.json",
+    SERVICE_MONITOR: "monitoring.coreos.com_servicemonitors.json",
+    PROMETHEUS_RULE: "monitoring.coreos.com_prometheusrules.json",
 }
 
 

@@ -3,6 +3,7 @@ the oldest Kubernetes the chart admits (Chart.yaml kubeVersion >= 1.30) and the 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -12,13 +13,19 @@ import yaml
 from kubernetes_validate.utils import latest_version
 
 from tests.deploy.chart import CHART, MATRIX, documents
-from tests.deploy.cni_policies import CALICO, CILIUM, pinned, validation_errors
+from tests.deploy.cni_policies import (
+    CALICO,
+    CILIUM,
+    PROMETHEUS_RULE,
+    SERVICE_MONITOR,
+    pinned,
+    validation_errors,
+)
 
 OLDEST = "1.30.0"
 NEWEST = latest_version()
-# Custom resources have no built-in schema: the CNI-native policies are checked against their projects'
-# published CRDs below, the ServiceMonitor for shape in test_chart (and by a real API server in tests/kube).
-NO_SCHEMA = {("monitoring.coreos.com/v1", "ServiceMonitor"), CILIUM, CALICO}
+# Custom resources have no built-in schema: they are checked against their projects' published CRDs below.
+NO_SCHEMA = {SERVICE_MONITOR, PROMETHEUS_RULE, CILIUM, CALICO}
 
 
 def test_oldest_is_what_the_chart_claims() -> None:
@@ -56,6 +63,22 @@ def test_cni_policies_validate_against_their_projects_schemas(
     assert validation_errors(policy) == []
     source = pinned(kind)["source"]
     assert source["sum"].startswith("h1:") and len(source["sha256"]) == 64  # where the schema came from
+
+
+@pytest.mark.parametrize("kind", [SERVICE_MONITOR, PROMETHEUS_RULE])
+def test_monitoring_resources_validate_against_the_prometheus_operators_schemas(
+    rendered: dict[tuple[str, str], str], kind: tuple[str, str]
+) -> None:
+    (obj,) = [
+        d for d in documents(rendered["helm3", "everything-on"]) if (d["apiVersion"], d["kind"]) == kind
+    ]
+    assert validation_errors(obj) == []
+    broken = copy.deepcopy(obj)
+    if kind == PROMETHEUS_RULE:
+        broken["spec"]["groups"][0]["rules"][0]["for"] = 300  # a duration is a string
+    else:
+        broken["spec"]["endpoints"][0]["relabelings"][0]["sourceLabel"] = ["x"]  # sourceLabels
+    assert validation_errors(broken), "the pinned schema must refuse it"
 
 
 @pytest.mark.parametrize(

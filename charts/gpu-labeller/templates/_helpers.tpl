@@ -110,3 +110,12 @@ read as an expression. Put the expression into YAML with toJson, which quotes it
 {{- define "gpu-labeller.celString" -}}
 '{{ . | replace "\\" "\\\\" | replace "'" "\\'" | replace "\n" "\\n" | replace "\r" "\\r" }}'
 {{- end }}
+
+{{/* An alert's labels: its severity, then metrics.prometheusRule.alertLabels. Called with (list $ SEVERITY). */}}
+{{- define "gpu-labeller.alertLabels" -}}
+{{- $root := index . 0 -}}
+severity: {{ index . 1 }}
+{{- with $root.Values.metrics.prometheusRule.alertLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}

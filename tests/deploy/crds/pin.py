@@ -1,7 +1,8 @@
-"""Pins the CustomResourceDefinitions of the CNI-native policies the chart renders (Cilium's
-CiliumNetworkPolicy, Calico's NetworkPolicy) as test data: taken from the projects' published Go modules
-through `go mod download` (the Go module proxy, checksums checked against the checksum database), their
-schema kept whole but for the `description` texts, written beside this file with where it came from.
+"""Pins the CustomResourceDefinitions of the custom resources the chart renders (Cilium's
+CiliumNetworkPolicy, Calico's NetworkPolicy, the Prometheus Operator's ServiceMonitor and PrometheusRule)
+as test data: taken from the projects' published Go modules through `go mod download` (the Go module
+proxy, checksums checked against the checksum database), their schema kept whole but for the `description`
+texts, written beside this file with where it came from.
 
     .venv/bin/python tests/deploy/crds/pin.py        # after changing a version below
 
@@ -33,6 +34,17 @@ PINNED = {
         "github.com/projectcalico/calico",
         "v1.11.0-cni-plugin.0.20250813170300-a0db560f0520",
         "libcalico-go/config/crd/crd.projectcalico.org_networkpolicies.yaml",
+    ),
+    # The Prometheus Operator's: the chart's optional ServiceMonitor and PrometheusRule.
+    "monitoring.coreos.com_servicemonitors.json": (
+        "github.com/prometheus-operator/prometheus-operator",
+        "v0.85.0",
+        "example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml",
+    ),
+    "monitoring.coreos.com_prometheusrules.json": (
+        "github.com/prometheus-operator/prometheus-operator",
+        "v0.85.0",
+        "example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml",
     ),
 }
 
