@@ -217,8 +217,10 @@ class Daemon:
         """Write when the labels changed or the expiry is due to be pushed forward."""
         expiry = ExpiryPolicy(self.settings.expiry, self.settings.sleep_interval)
         if labels == self.output.labels and not expiry.due(self.output.expiry, now):
+            self.metrics.labels_expire(self.output.expiry)  # as found in the file at start, or last written
             return False
         changed = self.output.write(labels, expiry.expiry_at(now))
+        self.metrics.labels_expire(self.output.expiry)
         if changed:
             self.metrics.file_written()
             log.debug("wrote %d labels to %s", len(labels), self.settings.output_file or "stdout")

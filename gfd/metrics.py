@@ -3,6 +3,7 @@ and served only with --metrics-address."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from gfd.readiness import STARTING, Readiness
@@ -21,6 +22,9 @@ class Metrics:
 
     def file_written(self) -> None:
         """The feature file was rewritten."""
+
+    def labels_expire(self, expiry: datetime | None) -> None:
+        """The labels the feature file holds now expire at ``expiry`` (None: never)."""
 
     def gpus(self, *, answering: int, failing: int) -> None:
         """A pass found ``answering`` GPUs that can be used and ``failing`` that cannot."""
@@ -45,6 +49,12 @@ class PrometheusMetrics(Metrics):
         )
         self.labels = Gauge("gfd_labels", "Labels produced by the last good pass.", registry=r)
         self.writes = Counter("gfd_file_writes", "Times the feature file was rewritten.", registry=r)
+        self.expiry = Gauge(
+            "gfd_labels_expiry_timestamp_seconds",
+            "When the labels in the feature file expire unless a good pass pushes it forward (Unix time); "
+            "0 when they never expire.",
+            registry=r,
+        )
         self.answering = Gauge("gfd_gpus_answering", "GPUs that answered the last pass.", registry=r)
         self.failing = Gauge("gfd_gpus_failing", "GPUs the last pass found unusable.", registry=r)
         self.failures = Counter(
@@ -72,6 +82,9 @@ class PrometheusMetrics(Metrics):
 
     def file_written(self) -> None:
         self.writes.inc()
+
+    def labels_expire(self, expiry: datetime | None) -> None:
+        self.expiry.set(expiry.timestamp() if expiry is not None else 0)
 
     def gpus(self, *, answering: int, failing: int) -> None:
         self.answering.set(answering)

@@ -42,6 +42,17 @@ class WriterMetrics:
             "Unix time the Node was last known to match the feature files",
             registry=self.registry,
         )
+        self.labels_current = Gauge(
+            "nfd_lite_labels_current",
+            "1 when the Node as last seen carries every label of the feature files this writer may set "
+            "(nothing left to write, nothing held back, no key set by another writer); else 0",
+            registry=self.registry,
+        )
+        self.node_seen = Gauge(
+            "nfd_lite_node_seen_timestamp_seconds",
+            "Unix time the own-Node watch last delivered the Node, an event or a bookmark",
+            registry=self.registry,
+        )
         self.refused = Gauge(
             "nfd_lite_refused_labels",
             "Labels the admission policy refused, held back and tried again slowly",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from nfd_lite.api.client import NodeApi
 from nfd_lite.api.connection import Connection
@@ -75,6 +76,7 @@ class Service:
             retry,
             self.inbox,
             silence=settings.watch_silence,
+            seen=lambda: self.metrics.node_seen.set(time.time()),
         )
         self.loop = MainLoop(
             inbox=self.inbox,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from nfd_lite.api.client import NodeApi
 from nfd_lite.api.errors import ApiError, Gone, NotFound
@@ -25,6 +26,7 @@ class NodeWatch:
         inbox: Inbox,
         *,
         silence: float | None = None,
+        seen: Callable[[], None] | None = None,
     ) -> None:
         self.api = api
         self.node_name = node_name
@@ -34,6 +36,8 @@ class NodeWatch:
         self.silence = silence  # a watch quiet this long (not even a bookmark) is presumed cut off
         self.resource_version: str | None = None  # where the next watch resumes; None: list first
         self.thread: threading.Thread | None = None
+        # Called for the listed Node and every event, bookmarks included: the watch is alive and current.
+        self._seen = seen or (lambda: None)
 
     def start(self) -> None:
         self.thread = threading.Thread(target=self._loop, name="nfd-lite-watch", daemon=True)
@@ -48,6 +52,7 @@ class NodeWatch:
             if node is None:
                 raise NotFound(404, f"node {self.node_name!r} not found", verb="list")
             self.inbox.node_seen(node)
+            self._seen()
             self.resource_version = rv
         try:
             for event in self.api.watch(self.resource_version, self.timeout, silence=self.silence):
@@ -55,6 +60,7 @@ class NodeWatch:
                 rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
                 if rv:
                     self.resource_version = rv
+                self._seen()
                 if event.get("type") in ("ADDED", "MODIFIED"):
                     self.inbox.node_seen(obj)
                 elif event.get("type") == "DELETED":

@@ -116,6 +116,7 @@ class NodeSync:
             result = self._plan(self._newest_node())
         answer: NodeState | None = None
         while result.patch is not None:
+            self.metrics.labels_current.set(0)  # until the write lands
             try:
                 answer = self._send(result.patch)
                 break
@@ -137,6 +138,7 @@ class NodeSync:
                 _keys(result.removed),
             )
         self.metrics.owned.set(len(result.owned))
+        self.metrics.labels_current.set(0 if result.conflicts or self.held.keys() else 1)
         self.metrics.last_sync.set(time.time())
         self.metrics.syncs.inc()
         self.synced = True

@@ -33,13 +33,6 @@ VALUES: dict[str, Any] = {
     "metrics": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}},
     "networkPolicy": {"metricsFrom": [{"podSelector": {"matchLabels": {"app": "prometheus"}}}]},
 }
-# Metrics the alerts read that another change adds to the programs (docs/alerts.md names them); each counts
-# as served until then, and as the programs' own after.
-PENDING = {
-    "gfd_labels_expiry_timestamp_seconds",
-    "nfd_lite_labels_current",
-    "nfd_lite_node_seen_timestamp_seconds",
-}
 # Series the rules read from Prometheus itself and from kube-state-metrics.
 FOREIGN = {"up", "kube_node_labels"}
 
@@ -191,7 +184,7 @@ def test_the_docs_table_says_which_alert_reads_which_metric(rule: dict[str, Any]
 
 
 def test_rules_and_dashboard_read_only_metrics_the_programs_serve(rule: dict[str, Any]) -> None:
-    served = served_metrics() | PENDING
+    served = served_metrics()
     assert {"gfd_gpus_failing", "nfd_lite_api_unreachable", "nfd_lite_rejected_lines_total"} <= served
     read = set().union(*(metric_names(a["expr"]) for a in alerts_of(rule).values()))
     assert read - FOREIGN <= served, f"not served: {sorted(read - FOREIGN - served)}"

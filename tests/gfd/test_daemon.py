@@ -112,6 +112,31 @@ def test_a_restarted_daemon_does_not_rewrite_an_up_to_date_file(profile: Path, t
     assert file_state(out) == before
 
 
+def test_the_expiry_metric_tells_when_the_labels_lapse_as_the_file_says(profile: Path, tmp_path: Path) -> None:
+    """gfd_labels_expiry_timestamp_seconds, which the LabelsExpiring alert reads: the file's expiry when
+    written, when found up to date at start, and standing still while passes fail; 0 without expiry."""
+    out = tmp_path / "gfd"
+    clock = Clock()
+    Daemon(settings(profile, out), clock=clock).run_pass()
+    written = (read_feature_file(out) or ({}, None))[1]
+    assert written == clock.now + timedelta(minutes=3)
+    clock.advance(20)
+    metrics = PrometheusMetrics()
+    restarted = Daemon(settings(profile, out, "--fail-on-init-error=false"), clock=clock, metrics=metrics)
+    assert restarted.run_pass().written is False
+    expiry = lambda: metrics.registry.get_sample_value("gfd_labels_expiry_timestamp_seconds")  # noqa: E731
+    assert expiry() == written.timestamp()
+    shutil.copy(PROFILES / "broken.yaml", profile)
+    for _ in range(3):
+        clock.advance(60)
+        assert not restarted.run_pass().ok
+    assert expiry() == written.timestamp()  # nearer each failed pass: the alert's lead
+    never = PrometheusMetrics()
+    shutil.copy(PROFILES / "one-t4.yaml", profile)
+    Daemon(settings(profile, tmp_path / "gfd2", "--oneshot"), clock=clock, metrics=never).run_pass()
+    assert never.registry.get_sample_value("gfd_labels_expiry_timestamp_seconds") == 0
+
+
 def test_failed_probe_keeps_the_last_good_labels_untouched(profile: Path, tmp_path: Path) -> None:
     out = tmp_path / "gfd"
     clock = Clock()

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from nfd_lite.api.errors import AdmissionRefused
+from nfd_lite.api.errors import AdmissionRefused, ApiError
 from nfd_lite.cli import dry_run
 from nfd_lite.node.reconciler import OWNED_ANNOTATION
 from tests.apiserver.server import FakeApiServer
@@ -204,3 +204,27 @@ def test_a_refusal_that_names_no_label_of_the_patch_fails_the_attempt(
     assert fault.hits == 1
     assert p.sync.held.keys() == frozenset() and ours(cluster) == {}
     assert p.metric("nfd_lite_syncs_total") == 0
+
+
+def test_labels_current_says_whether_the_node_carries_what_the_files_ask(
+    apiserver: FakeApiServer, tmp_path: Path
+) -> None:
+    """nfd_lite_labels_current, which the LabelsNotCurrent alert reads: 1 once a pass left the Node with
+    every label the files ask for; 0 while a write fails or a key stays another writer's."""
+    apiserver.add_node(NODE, labels={"nvidia.com/gpu.product": "theirs"})
+    p = parts(apiserver, tmp_path)
+    change(p, "nvidia.com/gpu.count=1\n")
+    p.sync.once()
+    assert p.metric("nfd_lite_labels_current") == 1
+    apiserver.inject(method="PATCH", path=NODE_PATH, status=503, count=None)
+    change(p, "nvidia.com/gpu.count=2\n")
+    with pytest.raises(ApiError, match="unable to handle"):
+        p.sync.once(attempts=1)
+    assert p.metric("nfd_lite_labels_current") == 0
+    apiserver.clear_faults()
+    p.sync.once()
+    assert p.metric("nfd_lite_labels_current") == 1
+    change(p, "nvidia.com/gpu.count=2\nnvidia.com/gpu.product=ours\n")
+    p.sync.once()  # the rest is written; the product stays theirs
+    assert apiserver.labels(NODE)["nvidia.com/gpu.product"] == "theirs"
+    assert p.metric("nfd_lite_labels_current") == 0
