@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +26,7 @@ from tests.deploy.chart import (
     run_helm,
 )
 from tests.deploy.pss import level, restricted_violations
+from tests.waiting import eventually
 
 FEATURE_DIR = "/etc/kubernetes/node-feature-discovery"
 SA_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -601,3 +606,34 @@ def test_jetson_affinity_can_be_replaced(tools: Tools, tmp_path: Path, which: st
     spec = pod_spec(documents(render(tools, which, values, tmp_path)))
     assert "affinity" not in spec
     assert spec["nodeSelector"] == {"example.com/board": "orin"}
+
+
+def test_the_prune_pod_ends_at_once_on_sigterm_as_pid_1(
+    rendered: dict[tuple[str, str], str], tmp_path: Path
+) -> None:
+    """The prune container's shell idles as PID 1 (here in a PID namespace of its own, as in a pod),
+    where no signal has a default action: it must still end on the kubelet's SIGTERM, or every pod of an
+    uninstall waits out its grace period. A stand-in `nfd-lite` on PATH stands for the prune."""
+    (nfd,) = pod_spec(documents(rendered["helm3", "prune"]))["containers"]
+    marker = tmp_path / "pruned"
+    script = nfd["command"][-1].replace("/run/gpu-labeller/pruned", str(marker))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nfd-lite").write_text('#!/bin/sh\ntest "$1" = prune\n')
+    (bin_dir / "nfd-lite").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    unshare = shutil.which("unshare")
+    assert unshare is not None
+    pod = subprocess.Popen(
+        [unshare, "--pid", "--fork", "--kill-child", *nfd["command"][:-1], script], env=env
+    )
+    try:
+        assert eventually(marker.exists, timeout=30), "the prune did not finish"
+        children = Path(f"/proc/{pod.pid}/task/{pod.pid}/children").read_text().split()
+        assert len(children) == 1  # the shell, PID 1 of its namespace
+        os.kill(int(children[0]), signal.SIGTERM)
+        assert pod.wait(timeout=20) == 0  # a bare `sleep` as PID 1 ignores it: this would time out
+    finally:
+        if pod.poll() is None:
+            pod.kill()
+            pod.wait()
