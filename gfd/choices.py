@@ -17,3 +17,6 @@ DiscoveryStrategy = Literal["auto", "nvml", "tegra", "vfio"]
 # --label-set: which label families are written. device-plugin: NVIDIA GFD's, for nodes where NVIDIA's
 # device plugin hands out GPUs; dra: hardware facts only, for nodes where a DRA driver allocates them.
 LabelSetName = Literal["device-plugin", "dra"]
+# --output-format: feature-file is what the daemon writes; the others print the labels as the node template
+# of an autoscaler, for nodes that do not exist yet (gfd.nodetemplate).
+OutputFormat = Literal["feature-file", "cluster-autoscaler", "karpenter", "capi"]

@@ -17,6 +17,8 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from gfd.settings import Settings
+
 
 def _interrupted(signum: int, _frame: object) -> None:
     # Ctrl-C before the daemon takes over SIGINT (or in gfd doctor): end quietly, as a shell expects.
@@ -94,6 +96,9 @@ def _main(args: list[str]) -> int:
             print(f"gfd: error: {err}", file=sys.stderr)
             return 2
 
+    if settings.output_format != "feature-file":
+        return _print_template(settings)
+
     from gfd.daemon import Daemon
     from gfd.durations import format_go_duration
     from gfd.metrics import start_metrics
@@ -128,3 +133,65 @@ def _main(args: list[str]) -> int:
     daemon = Daemon(settings, metrics=metrics, reload_fn=lambda: load_settings(args, os.environ))
     daemon.install_signal_handlers()
     return daemon.run()
+
+
+def _print_template(settings: Settings) -> int:
+    """One pass, printed as an autoscaler's node template (gfd.nodetemplate): 0, or 1 with one line when
+    there are no GPUs to describe."""
+    import logging
+    from datetime import UTC, datetime
+
+    from gfd.backends import Watching, detect, probe
+    from gfd.backends.errors import BackendError
+    from gfd.backends.host import with_machine_type
+    from gfd.labels import LabelOptions, build_labels
+    from gfd.nodetemplate import build_template, notes, render
+
+    log = logging.getLogger("gfd")
+    s = settings
+    try:
+        backend, inv = detect(
+            s.backend,
+            host_root=s.host_root,
+            mock_profile=s.mock_profile,
+            with_vgpu=s.with_vgpu,
+            driver_root=s.driver_root,
+        )
+        try:
+            if inv is None:
+                inv = probe(backend, s.host_root)
+        finally:
+            if isinstance(backend, Watching):
+                backend.close()
+    except BackendError as err:
+        print(f"gfd: error: {err}", file=sys.stderr)
+        return 1
+    where = f"{s.mock_profile}" if inv.backend == "mock" else f"the {inv.backend} backend"
+    if not inv.devices:
+        print(f"gfd: error: {where}: no GPU found, so no node template", file=sys.stderr)
+        return 1
+    if inv.health is not None and inv.health.failures:
+        # A node short of a GPU would give its whole pool a count and labels one GPU short.
+        failing = len(inv.health.failures)
+        print(
+            f"gfd: error: {failing} GPU(s) of this node fail (`gfd doctor` says which): a template made "
+            "from it would describe its pool short of them; make it on a healthy node or from a profile",
+            file=sys.stderr,
+        )
+        return 1
+    if inv.machine is None and inv.backend == "mock":
+        log.warning(
+            "%s names no machine: nvidia.com/gpu.machine comes from %s (this host) instead; set machine: "
+            "to what the pool's nodes report (their DMI product name, often the instance type)",
+            where,
+            s.machine_type_file,
+        )
+    inv = with_machine_type(inv, s.machine_type_file)
+    opts = LabelOptions.from_settings(s, datetime.now(UTC))
+    labelled = build_labels(inv, opts)
+    template = build_template(labelled.labels, inv, opts)
+    for warning in (*inv.warnings, *labelled.warnings, *notes(s.output_format, template)):
+        log.warning("%s", warning)
+    sys.stdout.write(render(s.output_format, template))
+    sys.stdout.flush()
+    return 0

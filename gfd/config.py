@@ -116,7 +116,24 @@ def load_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
                 where[name] = f"{config_file}: field {_FILE_FIELD_OF[name]}"
         if "device_discovery_strategy" in values:
             values["backend"] = _backend_from_strategy(where, values)
+    _template_output(values, where)
     return _finish(values, sharing)
+
+
+def _template_output(values: dict[str, Any], where: Mapping[str, str]) -> None:
+    """A node template is one pass printed on standard output: never a daemon, and never into the feature
+    file, which an output file from the environment or config file names (as in the DaemonSet)."""
+    fmt = values.get("output_format", _DEFAULTS.output_format)
+    if fmt == "feature-file":
+        return
+    source = where.get("output_file", "")
+    if source.startswith("-") and values.get("output_file") is not None:
+        raise ConfigError(
+            f"{source} {values['output_file']}: --output-format {fmt} prints to standard output; "
+            "redirect it (> FILE) instead"
+        )
+    values["output_file"] = None
+    values["oneshot"] = True
 
 
 def _backend_from_strategy(where: Mapping[str, str], values: dict[str, Any]) -> str:

@@ -22,7 +22,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, get_args
 
-from gfd.choices import BackendChoice, DiscoveryStrategy, LabelSetName, MigStrategy
+from gfd.choices import BackendChoice, DiscoveryStrategy, LabelSetName, MigStrategy, OutputFormat
 from gfd.durations import parse_interval
 from gfd.sharing_config import SharingConfig
 from hostport import parse_address
@@ -158,6 +158,7 @@ def flag(
 _MIG = get_args(MigStrategy)
 _BACKENDS = get_args(BackendChoice)
 _LABEL_SETS = get_args(LabelSetName)
+_FORMATS = get_args(OutputFormat)
 
 
 # fmt: off
@@ -172,6 +173,11 @@ class Settings:
     output_file: str | None = field(default=DEFAULT_OUTPUT_FILE, metadata=flag(  # None: standard output
         ("--output-file", "--output", "-o"), "GFD_OUTPUT_FILE", parse_output,
         "feature file to write; '-' or empty: stdout", file="flags.gfd.outputFile", metavar="FILE"))
+    output_format: OutputFormat = field(default="feature-file", metadata=flag(
+        "--output-format", "GFD_OUTPUT_FORMAT", parse_choice(_FORMATS),
+        "feature-file: the NFD feature file; the others print one pass's labels as an autoscaler's node "
+        "template on standard output, for scaling a pool from zero (docs/autoscaling.md)",
+        metavar="|".join(_FORMATS)))
     mig_strategy: MigStrategy = field(default="none", metadata=flag(
         "--mig-strategy", ("GFD_MIG_STRATEGY", "MIG_STRATEGY"), parse_choice(_MIG),
         "how MIG devices are labelled", file="flags.migStrategy", metavar="|".join(_MIG)))
