@@ -91,6 +91,10 @@ scripts/peers/build.sh nvidia-mock-nvml nvidia-gfd
 # promtool from Prometheus' pinned Go module (cmd/promtool only, not the server): loads the chart's alert rules
 # and runs their unit tests (tests/deploy/test_alert_rules.py); about 5 minutes on 2 cores the first time.
 scripts/peers/build.sh prometheus
+# The OCI registry of github.com/distribution/distribution/v3 (filesystem storage only): the release rehearsal
+# pushes the image and the chart to it over TLS and the real node pulls from it
+# (tests/node/test_release_rehearsal.py); about 2 minutes on 2 cores the first time.
+scripts/peers/build.sh registry
 
 # The real one-node cluster of tests/node: Debian 12's containerd 1.6, runc 1.1 and CNI plugins, iptables and
 # conntrack for kube-proxy, a static busybox for test pods. Root only (CI runs as root); elsewhere the node
