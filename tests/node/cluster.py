@@ -135,6 +135,8 @@ class NodeCluster(ControlPlane):
         self.started_in = time.monotonic() - began
 
     def stop(self) -> None:
+        if self._lock is None:
+            return  # never started (refused the lock): the node in our directory, if any, is another run's
         for forwarder in self._forwarders:
             forwarder.close()
         self._forwarders.clear()
