@@ -37,7 +37,8 @@ def step_named(job: dict[str, Any], step_id: str) -> dict[str, Any]:
 class StepRun:
     """Steps of one job run in order, as GitHub's runner runs a `run:` step without `shell:` (`bash -e`),
     in the repository, with GITHUB_REF_NAME set to ``tag``, RUNNER_TEMP and GITHUB_OUTPUT in ``tmp`` and
-    the tools on PATH. ``outputs`` collects what each step wrote to GITHUB_OUTPUT, by step id."""
+    the tools on PATH. ``outputs`` collects what each step wrote to GITHUB_OUTPUT, by step id; ``needs``
+    holds the outputs of the jobs this one needs, by job."""
 
     def __init__(self, tools: Tools, tmp: Path, tag: str) -> None:
         self.tools = tools
@@ -45,17 +46,20 @@ class StepRun:
         tmp.mkdir(parents=True, exist_ok=True)
         self.tag = tag
         self.outputs: dict[str, dict[str, str]] = {}
+        self.needs: dict[str, dict[str, str]] = {}
         self.env: dict[str, str] = dict(workflow()["env"])
 
     def expand(self, text: str) -> str:
-        """The `${{ }}` expressions the chart steps use: env.NAME and steps.ID.outputs.NAME."""
+        """The `${{ }}` expressions the chart steps use: env.NAME, steps.ID.outputs.NAME and
+        needs.JOB.outputs.NAME."""
 
         def value(match: re.Match[str]) -> str:
             expression = match.group(1).strip()
             if found := re.fullmatch(r"env\.(\w+)", expression):
                 return self.env[found.group(1)]
-            if found := re.fullmatch(r"steps\.([\w-]+)\.outputs\.([\w-]+)", expression):
-                return self.outputs[found.group(1)][found.group(2)]
+            if found := re.fullmatch(r"(steps|needs)\.([\w-]+)\.outputs\.([\w-]+)", expression):
+                known = self.outputs if found.group(1) == "steps" else self.needs
+                return known[found.group(2)][found.group(3)]
             raise AssertionError(f"no value here for ${{{{ {expression} }}}}")
 
         return re.sub(r"\$\{\{(.*?)\}\}", value, text)
@@ -90,9 +94,14 @@ class StepRun:
         return done
 
 
-def package_chart(tools: Tools, version: str, tmp: Path) -> Path:
-    """The chart as the release workflow packages it for tag v``version``: its `helm package` .tgz."""
+def package_chart(tools: Tools, version: str, tmp: Path, digest: str | None = None) -> Path:
+    """The chart as the release workflow packages it for tag v``version``: its `helm package` .tgz, its image
+    pinned to ``digest``, the manifest list's the image job pushed. Without one (tests whose image is in no
+    registry), the same package less the pin, which the release itself refuses (REQUIRE_SIGNED)."""
     steps = StepRun(tools, tmp, f"v{version}")
+    steps.needs["image"] = {"digest": digest or ""}
+    if digest is None:
+        steps.env["REQUIRE_SIGNED"] = "0"
     done = steps.run(step_named(workflow()["jobs"]["chart"], "package"))
     assert done.returncode == 0, f"the workflow's package step failed:\n{done.stdout}{done.stderr}"
     return Path(steps.outputs["package"]["chart"])
