@@ -108,9 +108,22 @@ class ApiResponse:
 class ControlPlane:
     """``with ControlPlane(workdir) as kube:`` starts etcd and kube-apiserver and stops them at the end."""
 
-    def __init__(self, workdir: Path, binaries: Path = BINARIES) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        binaries: Path = BINARIES,
+        *,
+        controllers: tuple[str, ...] = (),
+        audit_rules: tuple[dict[str, Any], ...] = (),
+    ) -> None:
+        """``controllers``: kube-controller-manager controllers to run besides the policy status one (a
+        fleet runs node-lifecycle-controller, which marks a Node whose Lease is not renewed NotReady).
+        ``audit_rules``: audit policy rules matched before the catch-all Metadata rule (a Request level
+        for the writes whose bodies a test reads, None for a fleet's heartbeats)."""
         self.workdir = workdir
         self.binaries = binaries
+        self.controllers = ("validatingadmissionpolicy-status-controller", *controllers)
+        self.audit_rules = audit_rules
         self.admin_token = "admin-" + os.urandom(16).hex()
         self.port = 0
         self.etcd_port = 0
@@ -236,7 +249,7 @@ class ControlPlane:
             "apiVersion": "audit.k8s.io/v1",
             "kind": "Policy",
             "omitStages": ["RequestReceived"],
-            "rules": [{"level": "Metadata"}],
+            "rules": [*self.audit_rules, {"level": "Metadata"}],
         }
         path.write_text(json.dumps(policy))
         return path
@@ -284,12 +297,13 @@ class ControlPlane:
         self._start_apiserver(self.workdir / "sa.key", self.workdir / "sa.pub", self.workdir / "tokens.csv")
 
     def _start_controller_manager(self) -> None:
-        """Only the controller that type-checks ValidatingAdmissionPolicies and writes their status."""
+        """Only the controller that type-checks ValidatingAdmissionPolicies and writes their status (and
+        those ``controllers`` asked for)."""
         process = self._spawn(
             "kube-controller-manager",
             [
                 f"--kubeconfig={self.admin_kubeconfig}",
-                "--controllers=validatingadmissionpolicy-status-controller",
+                f"--controllers={','.join(self.controllers)}",
                 "--leader-elect=false",
                 "--secure-port=0",
                 "--v=1",
