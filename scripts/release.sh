@@ -18,15 +18,16 @@
 # sbom and the signing steps need syft and cosign: where they are not installed, the step says so and does
 # nothing, unless REQUIRE_SIGNED=1 (the workflow), where it fails, as does a chart that would not pin its image.
 #
-# Environment: VERSION (X.Y.Z, required), CHART_DIR (default charts/gpu-labeller), IMAGE (default its
-#   values.yaml's image.repository), CHARTS (default
-#   IMAGE's owner/charts), PLATFORMS (default linux/amd64,linux/arm64), REGISTRY_CA (a CA certificate file
-#   the registry's TLS certificate chains to, for buildah and helm; default: the system's), IMAGE_DIGEST (the
-#   manifest list's, for package; default OUT/image-digest), OUT (default $RUNNER_TEMP/release/VERSION or
-#   .cache/release/VERSION), REVISION (default git HEAD), HELM (default helm), BUILDAH_ROOT (default
-#   .cache/buildah-release: apart from the development builds' storage), REQUIRE_SIGNED.
-# Credentials: buildah's (buildah login, or REGISTRY_AUTH_FILE), helm's (helm registry login), cosign's
-# (docker login). In GitHub Actions each step's results also go to GITHUB_OUTPUT (image-digest=, chart=, chart-digest=, sbom=).
+# Environment: VERSION (X.Y.Z, required); CHART_DIR (default charts/gpu-labeller); IMAGE (default the chart's
+#   image.repository); CHARTS (default IMAGE's owner/charts); PLATFORMS (default linux/amd64,linux/arm64);
+#   REGISTRY_CA (a CA certificate file the registry's TLS certificate chains to, for buildah and helm;
+#   default: the system's trust); IMAGE_DIGEST (the manifest list's, for the later steps; default
+#   OUT/image-digest); OUT (default $RUNNER_TEMP/release/VERSION, else .cache/release/VERSION); REVISION
+#   (default git HEAD); HELM (default helm); BUILDAH_ROOT (default .cache/buildah-release, apart from the
+#   development builds' storage); REQUIRE_SIGNED.
+# Credentials: buildah's (buildah login, or REGISTRY_AUTH_FILE), helm's (helm registry login), cosign's and
+# syft's (docker login). In GitHub Actions each result also goes to GITHUB_OUTPUT: image-digest, provenance,
+# sbom, chart, chart-digest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -38,7 +39,8 @@ die() {
   exit 1
 }
 
-[ $# -gt 0 ] || die "no step given (usage: scripts/release.sh STEP..., steps: image provenance sbom sign-image package push-chart sign-chart)"
+STEPS="image provenance sbom sign-image package push-chart sign-chart"
+[ $# -gt 0 ] || die "no step given (usage: scripts/release.sh STEP..., steps: $STEPS)"
 VERSION=${VERSION:-}
 [ -n "$VERSION" ] || die "VERSION is not set (the release's X.Y.Z, the tag without its v)"
 # SemVer 2.0.0, as helm requires of a chart version; the image tag and appVersion are the same string.
@@ -144,9 +146,10 @@ step_provenance() {
   python3 - "$statement" "$server" "$repository" "$revision" "$VERSION" "$PLATFORMS" "$IMAGE" "$digest" <<'PY'
 import json, os, socket, sys
 out, server, repository, revision, version, platforms, image, digest = sys.argv[1:9]
-in_actions = os.environ.get("GITHUB_ACTIONS") == "true"
-workflow = os.environ.get("GITHUB_WORKFLOW_REF", "")
-run = f"{server}/{repository}/actions/runs/{os.environ.get('GITHUB_RUN_ID', '')}/attempts/{os.environ.get('GITHUB_RUN_ATTEMPT', '')}"
+env = os.environ.get
+in_actions = env("GITHUB_ACTIONS") == "true"
+workflow = env("GITHUB_WORKFLOW_REF", "")
+run = f"{server}/{repository}/actions/runs/{env('GITHUB_RUN_ID', '')}/attempts/{env('GITHUB_RUN_ATTEMPT', '')}"
 predicate = {
     "buildDefinition": {
         "buildType": f"{server}/{repository}/blob/{revision}/scripts/release.sh",
@@ -154,10 +157,10 @@ predicate = {
             "version": version,
             "platforms": platforms.split(","),
             "image": image,
-            **({"workflow": workflow, "ref": os.environ.get("GITHUB_REF", "")} if in_actions else {}),
+            **({"workflow": workflow, "ref": env("GITHUB_REF", "")} if in_actions else {}),
         },
         "resolvedDependencies": [
-            {"uri": f"git+{server}/{repository}@{os.environ.get('GITHUB_REF', revision)}", "digest": {"gitCommit": revision}}
+            {"uri": f"git+{server}/{repository}@{env('GITHUB_REF', revision)}", "digest": {"gitCommit": revision}}
         ],
     },
     "runDetails": {
@@ -205,7 +208,7 @@ step_package() {
   local digest want
   digest=$(image_digest)
   if [ -z "$digest" ]; then
-    [ "$REQUIRE_SIGNED" != 1 ] || die "package: no image digest to pin (a signed chart names the image it was released with)"
+    [ "$REQUIRE_SIGNED" != 1 ] || die "package: no image digest to pin (a signed chart names the image it released)"
     log "package: no image digest (IMAGE_DIGEST unset, no $OUT/image-digest): the chart pulls $IMAGE:$VERSION by tag"
     want=$IMAGE:$VERSION
   else
@@ -232,7 +235,8 @@ values.write_text(text[: block.start()] + pinned + text[block.end() :])
 meta = Path(chart, "Chart.yaml")
 text = meta.read_text()
 listed = "".join(f"        - {p}\n" for p in platforms.split(","))
-text, n = re.subn(r"^(      image: ).*\n(      platforms:\n)(?:        - .*\n)+", rf"\g<1>{want}\n\g<2>{listed}", text, flags=re.M)
+entry = r"^(      image: ).*\n(      platforms:\n)(?:        - .*\n)+"
+text, n = re.subn(entry, rf"\g<1>{want}\n\g<2>{listed}", text, flags=re.M)
 assert n == 1, "Chart.yaml: no artifacthub.io/images entry with platforms"
 meta.write_text(text)
 PY
@@ -283,7 +287,7 @@ for step in "$@"; do
     package) step_package ;;
     push-chart) step_push_chart ;;
     sign-chart) step_sign_chart ;;
-    *) die "unknown step '$step' (steps: image provenance sbom sign-image package push-chart sign-chart)" ;;
+    *) die "unknown step '$step' (steps: $STEPS)" ;;
   esac
 done
 # Run with sudo (the image step), what it wrote belongs to whoever ran sudo, for the steps after it.
