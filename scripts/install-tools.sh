@@ -88,8 +88,10 @@ scripts/peers/build.sh kwok
 # NVIDIA's gpu-feature-discovery and the mock NVML library both it and gfd load: the label parity oracle;
 # NVIDIA's k8s-device-plugin (same module) runs over the same library on the real test node.
 scripts/peers/build.sh nvidia-mock-nvml nvidia-gfd
-# promtool from Prometheus' pinned Go module (cmd/promtool only, not the server): loads the chart's alert rules
-# and runs their unit tests (tests/deploy/test_alert_rules.py); about 5 minutes on 2 cores the first time.
+# promtool and the Prometheus server from Prometheus' pinned Go module (service discovery: Kubernetes only):
+# promtool loads the chart's alert rules and runs their unit tests (tests/deploy/test_alert_rules.py); the
+# server scrapes the chart on the real node and fires them (tests/node/test_alerts_on_node.py). About 5.5
+# minutes on 2 cores the first time (the server adds under 2 to promtool's build).
 scripts/peers/build.sh prometheus
 # The OCI registry of github.com/distribution/distribution/v3 (filesystem storage only): the release rehearsal
 # pushes the image and the chart to it over TLS and the real node pulls from it
