@@ -95,6 +95,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--policy", type=Path, help="the admission policy file to measure (policy-cost; default: rbac/'s)"
     )
     parser.add_argument("--policy-patches", type=int, help="writer PATCHes per run and Node (policy-cost)")
+    parser.add_argument("--fleet-nodes", type=int, help="Nodes of the simulated fleet (fleet-scale; 1000)")
+    parser.add_argument(
+        "--writers", type=int, dest="fleet_writers", help="real writers per side (fleet-scale; 300)"
+    )
+    parser.add_argument("--fleet-steady", type=float, help="seconds of steady state (fleet-scale; 600)")
     return parser.parse_args(argv)
 
 
@@ -103,7 +108,7 @@ def settings(args: argparse.Namespace) -> Settings:
     if args.runs:
         s.runs = s.daemon_runs = s.start_runs = s.policy_runs = args.runs
     options = ("passes", "changes", "nodes", "scale_runs", "steady_window", "flood_files", "kopf_python")
-    for name in (*options, "policy", "policy_patches"):
+    for name in (*options, "policy", "policy_patches", "fleet_nodes", "fleet_writers", "fleet_steady"):
         if getattr(args, name) is not None:
             setattr(s, name, getattr(args, name))
     return s

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from benchmarks.pieces import (
     apiserver_latency,
+    fleet_scale,
     fleet_view,
     gfd_daemon_rss,
     gfd_probe,
@@ -51,6 +52,9 @@ class Settings:
     policy_runs: int = 8
     policy_patches: int = 50
     policy: Path | None = None  # the admission policy file measured (default: rbac/'s)
+    fleet_nodes: int = 1000  # fleet-scale: Nodes kept Ready by kwok
+    fleet_writers: int = 300  # fleet-scale: real writers per side
+    fleet_steady: float = 600.0  # fleet-scale: seconds of steady state
 
 
 QUICK = Settings(
@@ -69,6 +73,9 @@ QUICK = Settings(
     fake_window=10.0,
     policy_runs=2,
     policy_patches=10,
+    fleet_nodes=60,
+    fleet_writers=10,
+    fleet_steady=20.0,
 )
 
 
@@ -171,6 +178,14 @@ def fleet_view_piece(x: Context) -> list[Figure]:
     return fleet_view.figures(x.installed, runs=x.settings.runs)
 
 
+def fleet_scale_piece(x: Context) -> list[Figure]:
+
+    s = x.settings
+    return fleet_scale.figures(
+        x.installed, nodes=s.fleet_nodes, writers=s.fleet_writers, steady=s.fleet_steady
+    )
+
+
 def nfd_lite_steady_fake(x: Context) -> list[Figure]:
 
     return nfd_lite_steady_state.figures(x.installed, window=x.settings.fake_window)
@@ -213,6 +228,10 @@ EXTRA: dict[str, tuple[str, Piece]] = {  # on demand only
     "fleet-view": (
         "gfd fleet vs kubectl get nodes -o json: 1,000 and 5,000 Nodes, wall time, peak RSS",
         fleet_view_piece,
+    ),
+    "fleet-scale": (
+        "nfd-lite vs NFD on a kwok fleet: rollout requests and time, steady state, the server's figures",
+        fleet_scale_piece,
     ),
 }
 TABLES = {  # table -> (title, the peer's column)

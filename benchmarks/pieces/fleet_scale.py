@@ -1,0 +1,381 @@
+"""fleet-scale: a simulated fleet on the real kube-apiserver, many real writers of each side, and what the
+server saw.
+
+    python -m benchmarks.pieces.fleet_scale --nodes 1000 --writers 300 [--steady-window 300]
+
+(as root, from the repository root). kwok (tests/kube/fleet.py) keeps ``--nodes`` Nodes Ready as their
+kubelets would: status, a Lease renewed every ``--lease-seconds``/4 (10 s at the kubelet's default 40 s),
+the pods bound to them Running; the node-lifecycle controller watches those Leases, as in a cluster. On
+``--writers`` of the Nodes the product runs as the image installs it with the chart's arguments
+(benchmarks/support/chart.py), each writer as its pod runs it (a token of a Pod bound to its own Node, a
+user of its own); on as many other Nodes upstream NFD's nfd-worker runs, with one nfd-master on a Node of
+its own, started before and warm. Each side is a round of its own on fresh Nodes, one side at a time, the
+one going first swapping every round (``--rounds``):
+
+- rollout: every writer of the side started at once; the clock stops when every one of its Nodes carries
+  both files' labels, seen through a watch. Requests are counted at the server from its audit log until 5 s
+  after that, per writer by the Node its pod-bound token names; NFD's side is the worker's plus its share
+  of the master's (the master's requests in the window / the writers). The server's CPU, its API Priority
+  and Fairness figures (``apiserver_flowcontrol_*``: the writers' service accounts share the
+  ``workload-low`` priority level) and its PATCH latency on Nodes, from its /metrics, over the same window.
+- steady state: nothing changing, the next ``--steady-window`` seconds (600 s by default: about two
+  periods of nfd-lite's admission self-check, which runs at the first sync pass 300 s after the last, and
+  ten of nfd-worker's 60 s rescan; a window of one period would miss the checks of the writers that
+  started last): requests per 1,000 Nodes per hour, writes, the busiest second (a herd shows there), the
+  server's CPU and its memory with the side's writers running. Before the first round, 60 s of the fleet
+  alone give the server's own background, which every figure of the server includes.
+
+Every label removed by either side's writes (their bodies are in the audit log) is counted too. The
+figures are one run's; on 2 cores the rollout is CPU-bound (N interpreters, or N Go programs, starting at
+once beside the server), which the requests per writer are not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.support.chart import nfd_lite_args, nfd_lite_env
+from benchmarks.support.install import Installed, install
+from benchmarks.support.measure import Figure, markdown
+from tests.kube.controlplane import ControlPlane
+from tests.kube.fixtures import apply_rbac
+from tests.kube.fleet import (
+    KWOK_USER,
+    LABEL_WRITES_AUDIT,
+    LITE_USER,
+    MASTER_USER,
+    WORKER_USER,
+    AuditLog,
+    Fleet,
+    LabelWatch,
+    Request,
+    Sample,
+    etcd_db_bytes,
+    features,
+    metrics,
+    process_usage,
+    total,
+)
+from tests.kube.process import LoggedProcess
+
+PROFILE = {
+    "nvidia.com/gpu.present": "true",
+    "nvidia.com/gpu.count": "8",
+    "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+    "nvidia.com/gpu.memory": "81559",
+    "nvidia.com/cuda.driver-version.full": "550.54.15",
+    "nvidia.com/gpu.family": "hopper",
+    "nvidia.com/mig.capable": "true",
+}
+EXTRA = {"feature.node.kubernetes.io/fleet-extra": "true"}  # another writer's file, in features.d
+WANT = PROFILE | EXTRA
+BASELINE = 60.0  # seconds of the fleet alone measured before the first round
+SETTLE = 5.0  # seconds after the last Node got its labels that still carry the start's tail
+LABEL_TIMEOUT = 1200.0
+SIDES = ("lite", "nfd")
+USERS = {"lite": {LITE_USER}, "nfd": {WORKER_USER, MASTER_USER}}
+PRIORITY = "workload-low"  # where API Priority and Fairness puts service accounts' requests
+
+
+def _text(labels: dict[str, str]) -> str:
+    return "".join(f"{key}={value}\n" for key, value in labels.items())
+
+
+@dataclass
+class Server:
+    """The server's own figures at one moment."""
+
+    at: float
+    cpu_s: float
+    rss_mib: float
+    samples: list[Sample]
+
+    @classmethod
+    def read(cls, kube: ControlPlane) -> Server:
+        cpu, rss, _ = process_usage(kube.apiserver.pid)
+        return cls(time.time(), cpu, rss, metrics(kube))
+
+    def delta(self, later: Server, name: str, **labels: str) -> float:
+        return total(later.samples, name, **labels) - total(self.samples, name, **labels)
+
+
+def _wait_ms(before: Server, after: Server) -> float:
+    """Mean time a request of the writers' priority level waited in API Priority and Fairness's queues."""
+    name = "apiserver_flowcontrol_request_wait_duration_seconds"
+    count = before.delta(after, f"{name}_count", priority_level=PRIORITY)
+    return 1000 * before.delta(after, f"{name}_sum", priority_level=PRIORITY) / count if count else 0.0
+
+
+def _patch_ms(before: Server, after: Server, dry_run: str) -> tuple[float, float]:
+    """Mean and 99th percentile latency of PATCHes of Nodes (not their status; ``dry_run`` "All" or "",
+    a real write), as the server measured them; the percentile is its histogram's bucket bound."""
+    name = "apiserver_request_duration_seconds"
+    labels = {"verb": "PATCH", "resource": "nodes", "subresource": "", "dry_run": dry_run}
+    count = before.delta(after, f"{name}_count", **labels)
+    if not count:
+        return 0.0, 0.0
+    mean = 1000 * before.delta(after, f"{name}_sum", **labels) / count
+    bounds = {dict(have)["le"] for metric, have, _ in after.samples if metric == f"{name}_bucket"}
+    for le in sorted(bounds, key=float):
+        if before.delta(after, f"{name}_bucket", **labels, le=le) >= 0.99 * count:
+            return mean, 1000 * float(le)
+    return mean, math.inf
+
+
+def _busiest_second(requests: list[Request]) -> int:
+    return max(Counter(math.floor(r.at) for r in requests).values(), default=0)
+
+
+def _kinds(requests: list[Request], writers: int) -> str:
+    """Each kind of request per writer: ``verb resource[ dry-run]``."""
+    counts = Counter(f"{r.verb} {r.resource}{' dry-run' if r.dry_run else ''}" for r in requests)
+    return ", ".join(f"{kind} {n / writers:.2g}" for kind, n in counts.most_common())
+
+
+class Run:
+    """One control plane, one fleet, one warm nfd-master; the sides' rounds on fresh Nodes."""
+
+    def __init__(self, installed: Installed, workdir: Path, fleet: Fleet, kube: ControlPlane) -> None:
+        self.installed = installed
+        self.workdir = workdir
+        self.fleet = fleet
+        self.kube = kube
+        self.audit = AuditLog(kube.audit_log)
+        self.watch = LabelWatch(kube, fleet.name)
+        self.free = list(fleet.nodes[1:])  # nodes[0] is the master's
+        self.master = fleet.start_master(fleet.nodes[0])
+        self.master.wait_healthy(300)
+
+    def take(self, count: int) -> list[str]:
+        taken, self.free = self.free[:count], self.free[count:]
+        return taken
+
+    def prepare(self, side: str, node: str) -> LoggedProcess:
+        home = self.workdir / "files" / node
+        source, extra = home / "source.d", home / "features.d"
+        features(source if side == "lite" else extra, _text(PROFILE))
+        features(extra, _text(EXTRA), "extra")
+        if side == "nfd":
+            return self.fleet.prepare_worker(node, extra, uid=self.fleet.uid())
+        argv = [str(self.installed.nfd_lite), *nfd_lite_args([source, extra])]
+        env = self.installed.env({**os.environ}) | nfd_lite_env(node)
+        return self.fleet.prepare_lite(node, argv, env, uid=self.fleet.uid())
+
+    def round(self, side: str, writers: int, steady: float) -> dict[str, float | str]:
+        nodes = self.take(writers)
+        processes = [self.prepare(side, node) for node in nodes]  # tokens issued first: all start at once
+        users = USERS[side]
+        idle = Server.read(self.kube)  # the fleet alone (and the warm master), for the memory figure
+        master_cpu = process_usage(self.master.pid)[0]
+        started = self.fleet.start_writers(processes)
+        try:
+            deadline = time.monotonic() + LABEL_TIMEOUT
+            while self.watch.count_with(nodes, WANT) < writers:
+                if ended := next((p for p in processes if not p.running()), None):
+                    raise RuntimeError(f"{side}: a writer exited (log {ended.log})")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{side} x{writers}: not every Node labelled in {LABEL_TIMEOUT:.0f} s")
+                with self.watch.cond:
+                    self.watch.cond.wait(1.0)
+            labelled = [self.watch.labelled_at(node, WANT) or time.time() for node in nodes]
+            done = max(labelled)
+            time.sleep(SETTLE)
+            after_rollout = Server.read(self.kube)
+            master_cpu = process_usage(self.master.pid)[0] - master_cpu
+            steady_from = time.time()
+            time.sleep(steady)
+            after_steady = Server.read(self.kube)
+            writer_rss = [process_usage(p.pid)[2] for p in processes]
+        finally:
+            self.fleet.stop_writers(processes)
+        rollout = self.audit.between(started - 1, done + SETTLE, users)
+        window = self.audit.between(steady_from, steady_from + steady, users)
+        per_writer = Counter(r.node for r in rollout if r.user != MASTER_USER)
+        master_share = sum(1 for r in rollout if r.user == MASTER_USER) / writers
+        removed = [r for r in self.audit.between(started - 1, time.time(), users) if r.removed]
+        hours = steady / 3600
+        return {
+            "time_s": done - started,
+            "p50_s": statistics.median(labelled) - started,
+            "requests": statistics.median([per_writer[n] for n in nodes]) + master_share,
+            "requests_max": max(per_writer[n] for n in nodes) + master_share,
+            "master_share": master_share,
+            "busiest": _busiest_second(rollout),
+            "wait_ms": _wait_ms(idle, after_rollout),
+            "rejected": idle.delta(after_rollout, "apiserver_flowcontrol_rejected_requests_total"),
+            "patch_ms": _patch_ms(idle, after_rollout, "")[0],
+            "patch_p99_ms": _patch_ms(idle, after_rollout, "")[1],
+            "dry_ms": _patch_ms(idle, after_rollout, "All")[0],
+            "failed": sum(1 for r in rollout if r.code >= 500 or r.code == 429),
+            "conflicts": sum(1 for r in rollout if r.code == 409),
+            "server_cpu_ms": 1000 * (after_rollout.cpu_s - idle.cpu_s) / writers,
+            "master_cpu_ms": 1000 * master_cpu / writers,
+            "steady_per_1000_hour": len(window) / writers * 1000 / hours if steady else 0.0,
+            "steady_writes_per_1000_hour": sum(r.write for r in window) / writers * 1000 / hours
+            if steady
+            else 0.0,
+            "steady_busiest": _busiest_second(window),
+            "steady_server_cpu_pct": 100 * (after_steady.cpu_s - after_rollout.cpu_s) / max(steady, 1e-9),
+            "server_rss_mib": after_steady.rss_mib,
+            "idle_rss_mib": idle.rss_mib,
+            "writer_rss_mib": statistics.fmean(writer_rss),
+            "removed": len(removed),
+            "rollout_kinds": _kinds([r for r in rollout if r.user != MASTER_USER], writers),
+            "steady_kinds": _kinds(window, writers),
+        }
+
+
+def figures(
+    installed: Installed,
+    *,
+    nodes: int = 1000,
+    writers: int = 300,
+    steady: float = 600.0,
+    rounds: int = 1,
+    lease_seconds: int = 40,
+) -> list[Figure]:
+    if 2 * rounds * writers + 1 > nodes:
+        raise ValueError(
+            f"fleet-scale: --nodes {nodes} is too few for {rounds} round(s) of {writers} writers per side "
+            f"on fresh Nodes: at least {2 * rounds * writers + 1}"
+        )
+    if os.geteuid() != 0:
+        raise PermissionError(
+            "fleet-scale runs the writers in mount namespaces as users of their own: run as root"
+        )
+    workdir = Path(tempfile.mkdtemp(prefix="fleet-scale-"))
+    workdir.chmod(0o755)
+    began = time.monotonic()
+    results: dict[str, list[dict[str, float | str]]] = {side: [] for side in SIDES}
+    try:
+        plane = ControlPlane(
+            workdir / "kube", controllers=("node-lifecycle-controller",), audit_rules=LABEL_WRITES_AUDIT
+        )
+        with plane as kube:
+            apply_rbac(kube)
+            fleet = Fleet(kube, workdir / "fleet", nodes, lease_seconds=lease_seconds, ready_timeout=1800)
+            with fleet:
+                ready_s = time.monotonic() - began
+                run = Run(installed, workdir, fleet, kube)
+                try:
+                    # The fleet alone (kwok, the node-lifecycle controller, the warm master): the server's
+                    # own background, which every later figure of the server includes.
+                    quiet = Server.read(kube)
+                    time.sleep(BASELINE)
+                    alone = Server.read(kube)
+                    for i in range(rounds):
+                        for side in SIDES if i % 2 == 0 else SIDES[::-1]:
+                            print(f"fleet-scale: round {i + 1}, {side}, {writers} writers", file=sys.stderr)
+                            results[side].append(run.round(side, writers, steady))
+                    not_ready = len(fleet.not_ready())
+                    etcd_mib = etcd_db_bytes(kube) / 2**20
+                    server = Server.read(kube)
+                    master_rss = process_usage(run.master.pid)[2]
+                finally:
+                    run.watch.close()
+    except BaseException:
+        print(f"fleet-scale: logs kept in {workdir}", file=sys.stderr)
+        raise
+    shutil.rmtree(workdir, ignore_errors=True)
+    ours, theirs = results["lite"], results["nfd"]
+    span = alone.at - quiet.at
+    alone_cpu = 100 * (alone.cpu_s - quiet.cpu_s) / span
+    kwok_rate = quiet.delta(alone, "apiserver_flowcontrol_dispatched_requests_total", flow_schema=KWOK_USER)
+    kwok_rate /= span
+    last_ours, last_theirs = ours[-1], theirs[-1]
+    idle_rss = ", ".join(f"{float(r['idle_rss_mib']):.0f}" for r in ours + theirs)
+
+    def values(side: list[dict[str, float | str]], key: str) -> list[float]:
+        return [float(r[key]) for r in side]
+
+    note = (
+        f"fleet-scale: {nodes:,} Nodes kept Ready by kwok (Leases of {lease_seconds} s: "
+        f"{kwok_rate:.0f} requests/s of its own, exempt from API Priority and Fairness); the fleet alone "
+        f"(with the warm nfd-master) costs kube-apiserver {alone_cpu:.0f}% of a core and it holds "
+        f"{alone.rss_mib:.0f} MiB; "
+        f"{writers} real writers per side, {rounds} round(s) each on fresh Nodes; fleet created and Ready in "
+        f"{ready_s:.0f} s, the whole run {time.monotonic() - began:.0f} s. NFD: nfd-worker + its share of "
+        f"nfd-master ({last_theirs['master_share']:.2f} requests per writer at the rollout; master CPU "
+        f"{last_theirs['master_cpu_ms']:.1f} ms per writer, peak RSS {master_rss:.0f} MiB). nfd-lite's "
+        f"dry-run PATCHes (the self-check) at the rollout: {last_ours['dry_ms']:.0f} ms mean. Requests per "
+        f"writer at the rollout, last round: nfd-lite {last_ours['rollout_kinds']}; nfd-worker "
+        f"{last_theirs['rollout_kinds']}. In steady state: nfd-lite {last_ours['steady_kinds'] or 'none'}; "
+        f"NFD {last_theirs['steady_kinds'] or 'none'}. kube-apiserver RSS with the fleet alone before each "
+        f"round: {idle_rss} MiB (one reading of a Go heap, which its collector moves by hundreds of MiB). "
+        f"At the end: {not_ready} Nodes not Ready, etcd's database {etcd_mib:.0f} MiB, kube-apiserver RSS "
+        f"{server.rss_mib:.0f} MiB."
+    )
+    rows = [  # key, what, unit, digits
+        ("time_s", "rollout, all started at once: time until every Node is labelled", "s", 1),
+        ("p50_s", "the same: time until half the Nodes are labelled", "s", 1),
+        ("requests", "the same: requests per writer from start to labelled (median)", "", 1),
+        ("requests_max", "the same: requests per writer, the most", "", 1),
+        ("busiest", "the same: busiest second at the server", "req/s", 0),
+        ("wait_ms", f"the same: mean wait in API Priority and Fairness ({PRIORITY})", "ms", 1),
+        ("rejected", "the same: requests rejected by API Priority and Fairness", "", 0),
+        ("patch_ms", "the same: Node PATCHes (writes) at the server, mean latency", "ms", 0),
+        ("patch_p99_ms", "the same: Node PATCHes (writes), 99th percentile (histogram bound)", "ms", 0),
+        ("failed", "the same: requests failed (5xx, 429)", "", 0),
+        ("conflicts", "the same: requests refused as conflicts (409, retried)", "", 0),
+        ("server_cpu_ms", "the same: kube-apiserver CPU per writer", "ms", 0),
+        ("writer_rss_mib", "peak RSS per writer (mean)", "MiB", 1),
+        ("steady_per_1000_hour", f"steady state ({steady:g} s): requests per 1,000 Nodes per hour", "", 0),
+        ("steady_writes_per_1000_hour", "steady state: writes per 1,000 Nodes per hour", "", 0),
+        ("steady_busiest", "steady state: busiest second", "req/s", 0),
+        ("steady_server_cpu_pct", "steady state: kube-apiserver CPU (the whole fleet's)", "%", 1),
+        ("server_rss_mib", "steady state: kube-apiserver RSS with the side's writers running", "MiB", 0),
+        ("removed", "labels removed by the side's writes (audit log)", "", 0),
+    ]
+    return [
+        Figure(
+            "nfd",
+            f"{nodes:,}-Node fleet, {writers} writers: {what}",
+            unit,
+            values(ours, key),
+            values(theirs, key),
+            digits=digits,
+            note=note if i == 0 else "",
+        )
+        for i, (key, what, unit, digits) in enumerate(rows)
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.pieces.fleet_scale", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("--nodes", type=int, default=1000, help="Nodes in the fleet (default 1000)")
+    parser.add_argument("--writers", type=int, default=300, help="real writers per side (default 300)")
+    parser.add_argument("--steady-window", type=float, default=600.0, help="seconds of steady state (600)")
+    parser.add_argument("--rounds", type=int, default=1, help="rounds of each side, alternating (1)")
+    parser.add_argument("--lease-seconds", type=int, default=40, help="the Nodes' Lease duration (40)")
+    args = parser.parse_args(argv)
+    began, load = time.monotonic(), os.getloadavg()
+    installed = install()
+    got = figures(
+        installed,
+        nodes=args.nodes,
+        writers=args.writers,
+        steady=args.steady_window,
+        rounds=args.rounds,
+        lease_seconds=args.lease_seconds,
+    )
+    print(
+        f"{os.cpu_count()} CPUs, load average {load[0]:.2f} before and {os.getloadavg()[0]:.2f} after; "
+        f"{time.monotonic() - began:.0f} s. {installed.describe()}.\n"
+    )
+    print(markdown("nfd-lite against upstream NFD on a simulated fleet", "NFD", got))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
