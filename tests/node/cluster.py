@@ -100,6 +100,7 @@ class NodeCluster(ControlPlane):
         self.ca = self.pki / "ca.crt"
         self.toolkit_config = workdir / "toolkit.json"
         self.events = workdir / "mock-nvml" / "events"
+        self.registry_hosts = workdir / "containerd" / "certs.d"  # containerd's registry config_path
         self._spawned: dict[str, subprocess.Popen[bytes]] = {}
         self._forwarders: list[Forwarder] = []
         self._lock: IO[str] | None = None
@@ -491,6 +492,10 @@ state = "{w}/containerd/state"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{cni}"
     conf_dir = "{w}/cni/net.d"
+  # A registry's TLS trust, as a node's admin gives it: certs.d/HOST:PORT/hosts.toml (docs/deploy.md,
+  # "Releases"). containerd reads it at each pull, so a test adds one while the node runs.
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "{w}/containerd/certs.d"
 """
 
 

@@ -83,7 +83,8 @@ def is_mounted(path: Path) -> bool:
 class Forwarder:
     """A loopback TCP port on the host that leads to ``address`` inside the node's network namespace: how
     the tests, kubectl and helm reach the API server. One thread joins the namespace (setns is per thread)
-    and opens the inside connections; two threads per connection copy bytes."""
+    and opens the inside connections; two threads per connection copy bytes. Port 0 in ``address`` is the
+    host port's number: one address (a registry's, say) then names the service both here and inside."""
 
     def __init__(self, namespaces: Namespaces, address: tuple[str, int]) -> None:
         self._netns = namespaces.netns
@@ -91,6 +92,8 @@ class Forwarder:
         self._requests: queue.Queue[queue.Queue[socket.socket | OSError] | None] = queue.Queue()
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._listener.getsockname()[1]
+        if address[1] == 0:
+            self._address = (address[0], self.port)
         self._closed = threading.Event()
         self._inside = threading.Thread(target=self._dial_inside, name="netns-dialer", daemon=True)
         self._inside.start()
