@@ -265,7 +265,7 @@ def test_a_release_is_pulled_by_the_node_from_the_registry_by_its_digest(rehears
     digest = rehearsal.publish(PREVIOUS)
     ref = f"{registry.host}/{REPOSITORY}"
 
-    # Nothing of it is on the node, and the registry's certificate is refused unless containerd is told.
+    # Nothing of it is on the node, and the registry's certificate is refused unless containerd has its CA.
     assert images_in_containerd(cluster, registry.host) == []
     assert digest not in cluster.ctr("content", "ls", "-q").stdout  # not under any other name either
     assert not [r for r in registry.requests() if r.agent.startswith("containerd/")]
