@@ -112,7 +112,9 @@ def test_a_restarted_daemon_does_not_rewrite_an_up_to_date_file(profile: Path, t
     assert file_state(out) == before
 
 
-def test_the_expiry_metric_tells_when_the_labels_lapse_as_the_file_says(profile: Path, tmp_path: Path) -> None:
+def test_the_expiry_metric_tells_when_the_labels_lapse_as_the_file_says(
+    profile: Path, tmp_path: Path
+) -> None:
     """gfd_labels_expiry_timestamp_seconds, which the LabelsExpiring alert reads: the file's expiry when
     written, when found up to date at start, and standing still while passes fail; 0 without expiry."""
     out = tmp_path / "gfd"

@@ -2,7 +2,8 @@
 of the same name, without the managedFields rules, fails the check (only the forged managedFields entry
 tells it from the current one), and a binding deleted while the writer runs turns /readyz unready and
 nfd_lite_admission_policy_enforced to 0 within the re-check interval, and ready again once it is back.
-The same against the fake API server: tests/nfd_lite/node/test_selfcheck.py, tests/nfd_lite/test_admission_recheck.py."""
+The same against the fake API server: tests/nfd_lite/node/test_selfcheck.py and
+tests/nfd_lite/test_admission_recheck.py."""
 
 from __future__ import annotations
 
