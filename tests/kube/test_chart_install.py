@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from tests.deploy.chart import CHART, HELMS, MATRIX, documents, run_helm
-from tests.deploy.cni_policies import CALICO, CILIUM, serving_crd
+from tests.deploy.cni_policies import CALICO, CILIUM, PROMETHEUS_RULE, SERVICE_MONITOR, serving_crd
 from tests.deploy.release import package_chart, previous_chart
 from tests.kube.controlplane import OLDEST_BINARIES, ControlPlane
 from tests.kube.helm import (
@@ -35,7 +35,6 @@ from tests.kube.helm import (
     hook_manifests,
     install,
     install_crd,
-    install_service_monitor_crd,
     manifest_objects,
     not_kept,
     of_release,
@@ -70,8 +69,9 @@ def warned_containers(warnings: str) -> set[str]:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     with ControlPlane(tmp_path_factory.mktemp("chart-kube")) as plane:
         publish_api_server_endpoints(plane, API_ADDRESS, API_PORT)
-        install_service_monitor_crd(plane)
-        for kind in (CILIUM, CALICO):  # the clusters those modes are for serve these kinds
+        # The kinds the clusters those modes are for serve, as their projects publish them: Cilium's and
+        # Calico's policies, the Prometheus Operator's ServiceMonitor and PrometheusRule.
+        for kind in (CILIUM, CALICO, SERVICE_MONITOR, PROMETHEUS_RULE):
             install_crd(plane, serving_crd(kind))
         yield plane
 
