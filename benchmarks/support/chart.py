@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks.support.measure import free_port
+from tests.ports import low_port
 
 # values.yaml: nfdLite.allowPrefixes
 ALLOW_PREFIXES = ("nvidia.com/", "feature.node.kubernetes.io/")
@@ -28,7 +28,7 @@ def gfd_args(
         f"--backend={backend}",
         "--fail-on-init-error=false",
         f"--machine-type-file={machine_type_file}",
-        f"--metrics-address=127.0.0.1:{free_port()}",
+        f"--metrics-address=127.0.0.1:{low_port()}",
     ]
 
 
@@ -40,7 +40,7 @@ def nfd_lite_args(directories: Sequence[Path]) -> list[str]:
     features.d); caps at their defaults (the chart sets none)."""
     args = [f"--features-dir={d}" for d in directories]
     args += [f"--allow-prefix={p}" for p in ALLOW_PREFIXES]
-    args.append(f"--metrics-address=127.0.0.1:{free_port()}")
+    args.append(f"--metrics-address=127.0.0.1:{low_port()}")
     return args
 
 

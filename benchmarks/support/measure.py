@@ -5,11 +5,10 @@ Markdown table."""
 from __future__ import annotations
 
 import os
-import socket
 import statistics
 import subprocess
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -73,33 +72,6 @@ def run_to_end(argv: list[str], env: dict[str, str], cwd: Path | None = None) ->
                           capture_output=True, text=True, check=True)  # fmt: skip
     status, cpu, rss_kib = done.stdout.split()
     return Usage(float(cpu), int(rss_kib) / 1024, int(status))
-
-
-def _ports() -> Iterator[int]:
-    """Ports below the kernel's ephemeral range, each handed out once per run: a port the kernel picked
-    (bind to port 0) can be taken, between the check and the program's own bind, by the ephemeral end
-    of one of the many connections to the API server a run opens."""
-    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    first, span = 10_000, max(low - 10_000, 1_000)
-    start = os.getpid() * 7919 % span  # two runs at once start apart
-    for step in range(span):
-        yield first + (start + step) % span
-
-
-_PORTS = _ports()
-
-
-def free_port() -> int:
-    """A free loopback port, not handed out before in this run (for a metrics endpoint: the chart's are
-    on every address, these on 127.0.0.1 only, the same code path without exposing anything)."""
-    for port in _PORTS:
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port left below the ephemeral range")
 
 
 def peak_rss_mib(pid: int) -> float:

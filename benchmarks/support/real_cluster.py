@@ -28,12 +28,12 @@ from typing import Any
 
 from benchmarks.support.chart import nfd_lite_args, nfd_lite_env
 from benchmarks.support.install import Installed
-from benchmarks.support.measure import free_port
 from tests.kube.controlplane import ControlPlane
 from tests.kube.fixtures import apply_rbac
 from tests.kube.nfd import NAMESPACE as NFD_NAMESPACE
 from tests.kube.nfd import NfdProcess, UpstreamNfd, as_kubelet_registers, sandbox_command
 from tests.kube.process import LoggedProcess
+from tests.ports import low_port
 
 LITE_USER = "system:serviceaccount:gpu-labeller:nfd-lite"
 WORKER_USER = "system:serviceaccount:node-feature-discovery:nfd-worker"
@@ -217,7 +217,7 @@ class Cluster:
 
     def prepare_worker(self, node: str, features: Path) -> NfdProcess:
         # Its health and metrics port as nfd-lite's: below the ephemeral range (the later -port wins).
-        return self.nfd.prepare_worker(node, features, f"-port={free_port()}", uid=self._uid())
+        return self.nfd.prepare_worker(node, features, f"-port={low_port()}", uid=self._uid())
 
     def stop(self, processes: Iterable[LoggedProcess]) -> None:
         """Stop them all at once (each asked first, then each waited for), as a rollout would."""

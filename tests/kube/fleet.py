@@ -42,6 +42,7 @@ from typing import Any
 from tests.kube.controlplane import ROOT, ControlPlane, ControlPlaneError, kubeconfig_document
 from tests.kube.nfd import NfdProcess, UpstreamNfd, sandbox_command
 from tests.kube.process import LoggedProcess
+from tests.ports import low_port
 
 KWOK = ROOT / ".cache" / "peers" / "kwok" / "kwok"
 KWOK_PEER = ROOT / "scripts" / "peers" / "kwok"
@@ -434,31 +435,6 @@ class Fleet:
             process.process.send_signal(signal.SIGTERM)
         for process in running:
             process.stop()
-
-
-def low_port() -> int:
-    """A free loopback port below the kernel's ephemeral range, not handed out before in this process:
-    one the kernel picked could be taken, between the check and the program's own bind, by the ephemeral
-    end of one of the many connections a fleet opens to the API server."""
-    import socket
-
-    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    with _PORT_LOCK:
-        global _NEXT_PORT
-        for _ in range(low - 10_000):
-            port = _NEXT_PORT
-            _NEXT_PORT = 10_000 + (_NEXT_PORT - 10_000 + 1) % (low - 10_000)
-            with socket.socket() as probe:
-                try:
-                    probe.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
-                return port
-    raise RuntimeError("no free port left below the ephemeral range")
-
-
-_PORT_LOCK = threading.Lock()
-_NEXT_PORT = 10_000 + os.getpid() * 7919 % 10_000  # two runs at once start apart
 
 
 # ---- what the server saw ----------------------------------------------------------------------------
