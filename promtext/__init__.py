@@ -4,14 +4,15 @@ serve, in a registry per program (tests run several in one process).
 A hand-written subset, not prometheus_client: that package's import alone (its HTTP servers, WSGI, ASGI,
 process and platform collectors) held about 4 MiB of every node's memory for some ten metrics per program
 (figures in benchmarks/README.md). This is all the two commands use: counters and gauges, with or without
-labels, read by tests as ``get_sample_value`` reads them in prometheus_client.
+labels (a gauge's labelled set replaced whole, as a pass finds it), read by tests as ``get_sample_value``
+reads them in prometheus_client.
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -66,12 +67,17 @@ class _Metric:
         """The series with these label values, given in order or by name."""
         if values and not labels and len(values) == len(self.labelnames):
             labels = dict(zip(self.labelnames, values, strict=True))
-        elif values or set(labels) != set(self.labelnames):
+        elif values:
             raise ValueError(f"{self.name} takes the labels {', '.join(self.labelnames)}")
-        key = tuple(str(labels[name]) for name in self.labelnames)
+        key = self._key(labels)
         with self._lock:
             self._values.setdefault(key, 0.0)
         return _Child(self, key)
+
+    def _key(self, labels: Mapping[str, str]) -> tuple[str, ...]:
+        if set(labels) != set(self.labelnames):
+            raise ValueError(f"{self.name} takes the labels {', '.join(self.labelnames)}")
+        return tuple(str(labels[name]) for name in self.labelnames)
 
     def samples(self) -> Iterator[Sample]:
         with self._lock:
@@ -139,6 +145,20 @@ class Gauge(_Metric):
 
     def inc(self, amount: float = 1.0) -> None:
         self._add(self._unlabelled(), amount)
+
+    def replace(self, series: Iterable[tuple[Mapping[str, str], float]]) -> None:
+        """Serve exactly ``series`` (each its labels by name and its value) from now on: a series not given
+        is dropped, not left at its last value, and no scrape sees the set half replaced."""
+        if not self.labelnames:
+            raise ValueError(f"{self.name} has no labels: use .set(...)")
+        values: dict[tuple[str, ...], float] = {}
+        for labels, value in series:
+            key = self._key(labels)
+            if key in values:
+                raise ValueError(f"{self.name}: the series {dict(labels)} is given twice")
+            values[key] = float(value)
+        with self._lock:
+            self._values = values
 
 
 def _escape_help(text: str) -> str:

@@ -66,6 +66,39 @@ def test_a_metric_is_used_as_declared() -> None:
         Gauge("errors", "Again.", registry=registry)
 
 
+def test_a_gauges_labelled_set_is_replaced_whole() -> None:
+    """What was not given again is gone from the exposition, not served at its last value."""
+    registry = Registry()
+    failing = Gauge("failing", "Failing things.", ["bus_id", "error"], registry=registry)
+    failing.replace(
+        [({"bus_id": "0000:13:00.0", "error": "lost"}, 1), ({"error": "Xid 79", "bus_id": "b"}, 2)]
+    )
+    assert _parsed(registry.exposition().decode()) == {
+        ("failing", (("bus_id", "0000:13:00.0"), ("error", "lost"))): 1.0,
+        ("failing", (("bus_id", "b"), ("error", "Xid 79"))): 2.0,
+    }
+    failing.replace([({"bus_id": "b", "error": "Xid 79"}, 1)])
+    assert _parsed(registry.exposition().decode()) == {
+        ("failing", (("bus_id", "b"), ("error", "Xid 79"))): 1.0
+    }
+    failing.replace([])
+    text = registry.exposition().decode()
+    assert _parsed(text) == {} and "# TYPE failing gauge" in text  # the family stays, without series
+
+
+def test_a_replaced_set_is_checked_before_anything_changes() -> None:
+    registry = Registry()
+    failing = Gauge("failing", "Failing things.", ["bus_id"], registry=registry)
+    failing.replace([({"bus_id": "a"}, 1)])
+    with pytest.raises(ValueError, match="failing takes the labels bus_id"):
+        failing.replace([({"bus_id": "b"}, 1), ({"bus": "c"}, 1)])
+    with pytest.raises(ValueError, match=r"failing: the series \{'bus_id': 'b'\} is given twice"):
+        failing.replace([({"bus_id": "b"}, 1), ({"bus_id": "b"}, 1)])
+    assert registry.get_sample_value("failing", {"bus_id": "a"}) == 1.0  # still the last good set
+    with pytest.raises(ValueError, match="level has no labels"):
+        Gauge("level", "A level.", registry=registry).replace([])
+
+
 def _scrape(port: int) -> tuple[str, str]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         return response.headers["Content-Type"], response.read().decode()
