@@ -142,7 +142,7 @@ class Daemon:
         failing = inv.health.failures if inv.health is not None else ()
         for failure in self.gpu_failures.update(failing).new:
             self.metrics.gpu_failed(layer=failure.layer, error=failure.error)
-        self.metrics.gpus(answering=len(inv.devices), failing=len(failing))
+        self.metrics.gpus(answering=len(inv.devices), failing=failing)
 
     def run_pass(self) -> PassResult:
         now = self.clock()

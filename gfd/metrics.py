@@ -3,12 +3,15 @@ and served only with --metrics-address."""
 
 from __future__ import annotations
 
+from collections import Counter as Tally
+from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from gfd.readiness import STARTING, Readiness
 
 if TYPE_CHECKING:
+    from gfd.inventory import GpuFailure
     from hostport.serving import RouteServer
 
 
@@ -26,8 +29,8 @@ class Metrics:
     def labels_expire(self, expiry: datetime | None) -> None:
         """The labels the feature file holds now expire at ``expiry`` (None: never)."""
 
-    def gpus(self, *, answering: int, failing: int) -> None:
-        """A pass found ``answering`` GPUs that can be used and ``failing`` that cannot."""
+    def gpus(self, *, answering: int, failing: Sequence[GpuFailure]) -> None:
+        """A pass found ``answering`` GPUs that can be used and the ``failing`` ones that cannot."""
 
     def gpu_failed(self, *, layer: str, error: str) -> None:
         """A GPU started failing (said once while it lasts): ``error`` as NVML names it, or "Xid 79"."""
@@ -57,6 +60,15 @@ class PrometheusMetrics(Metrics):
         )
         self.answering = Gauge("gfd_gpus_answering", "GPUs that answered the last pass.", registry=r)
         self.failing = Gauge("gfd_gpus_failing", "GPUs the last pass found unusable.", registry=r)
+        self.failing_gpus = Gauge(
+            "gfd_gpu_failing",
+            "1 for each GPU the last pass found unusable, served only while it is: bus_id is its PCI "
+            'address as sysfs names it ("0000:3b:00.0"), or where nothing told it NVML\'s index ("index 3"), '
+            'else "unknown" (2 then for two GPUs alike); layer and error as in gfd_gpu_failures_total. '
+            "None on backends that cannot tell a GPU's health (Jetson files, machine profiles).",
+            ["bus_id", "layer", "error"],
+            registry=r,
+        )
         self.failures = Counter(
             "gfd_gpu_failures",
             "GPUs found failing, counted when each starts to fail, by layer and error.",
@@ -86,9 +98,15 @@ class PrometheusMetrics(Metrics):
     def labels_expire(self, expiry: datetime | None) -> None:
         self.expiry.set(expiry.timestamp() if expiry is not None else 0)
 
-    def gpus(self, *, answering: int, failing: int) -> None:
+    def gpus(self, *, answering: int, failing: Sequence[GpuFailure]) -> None:
         self.answering.set(answering)
-        self.failing.set(failing)
+        # Replaced whole: a GPU that answers again leaves the scrape, so its alert resolves.
+        each = Tally((_bus_id(f), f.layer, f.error) for f in failing)
+        self.failing_gpus.replace(
+            ({"bus_id": bus_id, "layer": layer, "error": error}, n)
+            for (bus_id, layer, error), n in each.items()
+        )
+        self.failing.set(len(failing))
 
     def gpu_failed(self, *, layer: str, error: str) -> None:
         self.failures.labels(layer=layer, error=error).inc()
@@ -117,6 +135,13 @@ class PrometheusMetrics(Metrics):
         server = RouteServer(host, port, routes, name="gfd-metrics").start()
         self.serving = True
         return server
+
+
+def _bus_id(failure: GpuFailure) -> str:
+    """What names the GPU best: its bus address, else NVML's index (see gfd_gpu_failing's help)."""
+    if failure.pci_bus_id:
+        return failure.pci_bus_id
+    return f"index {failure.index}" if failure.index is not None else "unknown"
 
 
 def start_metrics(address: tuple[str, int] | None) -> Metrics:
