@@ -17,7 +17,7 @@ echo "test.sh: installs (first run: a few GB and minutes of building; nothing ou
 where "Python venv: the project and its test dependencies" .venv
 where "checkov (its own venv: it pins many packages)" .venv-checkov
 where "helm 3 and 4, kubectl, shellcheck; links to the tools below" .cache/tools
-where "Go builds: Kubernetes, etcd, NFD, NVIDIA GFD and device plugin, kwok, Prometheus, registry" .cache/peers
+where "Go builds: Kubernetes, etcd, NFD, NVIDIA GFD and device plugin, kwok, Prometheus, registry, cosign" .cache/peers
 where "Go module cache (the sources of those builds)" "$gomod"
 where "Go build cache" "$gocache"
 if [ "$(id -u)" = 0 ]; then
