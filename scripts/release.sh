@@ -8,15 +8,22 @@
 #               as uid 65532, arm64 under QEMU), labelled with the release, one manifest list of them pushed
 #               to IMAGE:VERSION; its digest into OUT/image-digest
 #   provenance  a SLSA v1 build provenance statement of IMAGE@digest into OUT/ (who built it from which commit)
-#   sbom        an SPDX JSON SBOM of IMAGE@digest by syft into OUT/
-#   sign-image  cosign sign IMAGE@digest keyless, and attest the provenance and the SBOM
+#   sbom        a CycloneDX JSON SBOM of IMAGE@digest into OUT/: by syft where it is installed (the workflow:
+#               the whole image, Debian's packages and the Python environment), else by cyclonedx-py over the
+#               image's Python environment (/opt/gpu-labeller), the image pulled by its digest with buildah (root)
+#   sign-image  cosign sign IMAGE@digest, and attest the provenance and the SBOM to it
 #   package     the chart with version and appVersion VERSION and its image pinned to IMAGE:VERSION@digest
 #               (values.yaml image.repository and image.digest, Artifact Hub's artifacthub.io/images), linted,
 #               then rendered with no values: it must pull exactly that image; into OUT/gpu-labeller-VERSION.tgz
 #   push-chart  helm push of that package to oci://CHARTS; its digest into OUT/chart-digest
-#   sign-chart  cosign sign CHARTS/gpu-labeller@digest keyless
-# sbom and the signing steps need syft and cosign: where they are not installed, the step says so and does
-# nothing, unless REQUIRE_SIGNED=1 (the workflow), where it fails, as does a chart that would not pin its image.
+#   sign-chart  cosign sign CHARTS/gpu-labeller@digest
+# sbom and the signing steps need syft (or cyclonedx-py) and cosign: where they are not installed, the step says
+# so and does nothing, unless REQUIRE_SIGNED=1 (the workflow), where it fails, as does a chart that would not pin
+# its image.
+# Signing is keyless (the workflow: its GitHub OIDC identity in a Fulcio certificate, each signature in Rekor's
+# public log) unless COSIGN_KEY names a key file (`cosign generate-key-pair`'s cosign.key, its password in
+# COSIGN_PASSWORD): then that key signs and nothing goes to Rekor (--tlog-upload=false), for signers and
+# verifiers that cannot reach it; `cosign verify --key cosign.pub --private-infrastructure` verifies.
 #
 # Environment: VERSION (X.Y.Z, required); CHART_DIR (default charts/gpu-labeller); IMAGE (default the chart's
 #   image.repository); CHARTS (default IMAGE's owner/charts); PLATFORMS (default linux/amd64,linux/arm64);
@@ -24,7 +31,8 @@
 #   default: the system's trust); IMAGE_DIGEST (the manifest list's, for the later steps; default
 #   OUT/image-digest); OUT (default $RUNNER_TEMP/release/VERSION, else .cache/release/VERSION); REVISION
 #   (default git HEAD); HELM (default helm); BUILDAH_ROOT (default .cache/buildah-release, apart from the
-#   development builds' storage); REQUIRE_SIGNED.
+#   development builds' storage); REQUIRE_SIGNED; COSIGN_KEY, COSIGN_PASSWORD (cosign reads it itself).
+#   REGISTRY_CA is cosign's --registry-cacert too.
 # Credentials: buildah's (buildah login, or REGISTRY_AUTH_FILE), helm's (helm registry login), cosign's and
 # syft's (docker login). In GitHub Actions each result also goes to GITHUB_OUTPUT: image-digest, provenance,
 # sbom, chart, chart-digest.
@@ -57,6 +65,8 @@ HELM=${HELM:-helm}
 REQUIRE_SIGNED=${REQUIRE_SIGNED:-0}
 REGISTRY_CA=${REGISTRY_CA:-}
 [ -z "$REGISTRY_CA" ] || [ -s "$REGISTRY_CA" ] || die "REGISTRY_CA=$REGISTRY_CA is no file"
+COSIGN_KEY=${COSIGN_KEY:-}
+[ -z "$COSIGN_KEY" ] || [ -s "$COSIGN_KEY" ] || die "COSIGN_KEY=$COSIGN_KEY is no file (cosign generate-key-pair writes one)"
 mkdir -p "$OUT"
 
 WORK=$(mktemp -d)
@@ -85,10 +95,22 @@ have() {
 
 # ---- the image --------------------------------------------------------------------------------------
 
+# buildah on the release's own storage, apart from the development builds'.
+BUILDAH_ROOT=${BUILDAH_ROOT:-$ROOT/.cache/buildah-release}
+buildah_release() { buildah --storage-driver vfs --root "$BUILDAH_ROOT/storage" --runroot "$BUILDAH_ROOT/run" "$@"; }
+
+# buildah's options to trust REGISTRY_CA: it reads the CA certificates (*.crt) of a directory.
+buildah_tls() {
+  [ -n "$REGISTRY_CA" ] || return 0
+  mkdir -p "$OUT/registry-ca"
+  cp "$REGISTRY_CA" "$OUT/registry-ca/ca.crt"
+  printf '%s\n' --cert-dir "$OUT/registry-ca"
+}
+
 step_image() {
   [ "$(id -u)" = 0 ] || die "image: must run as root (scripts/build-image.sh builds with buildah's chroot isolation)"
-  export BUILDAH_ROOT=${BUILDAH_ROOT:-$ROOT/.cache/buildah-release}
-  local buildah=(buildah --storage-driver vfs --root "$BUILDAH_ROOT/storage" --runroot "$BUILDAH_ROOT/run")
+  export BUILDAH_ROOT
+  local buildah=(buildah_release)
   local local_repo=localhost/gpu-labeller-release
   local list=$local_repo:$VERSION
   local revision created platform arch built ctr
@@ -117,13 +139,8 @@ step_image() {
   for built in "${images[@]}"; do
     "${buildah[@]}" manifest add "$list" "$built" >/dev/null
   done
-  local tls=()
-  if [ -n "$REGISTRY_CA" ]; then
-    # buildah reads the CA certificates (*.crt) of a directory.
-    mkdir -p "$OUT/registry-ca"
-    cp "$REGISTRY_CA" "$OUT/registry-ca/ca.crt"
-    tls=(--cert-dir "$OUT/registry-ca")
-  fi
+  local tls
+  mapfile -t tls < <(buildah_tls)
   log "image: pushing the manifest list of ${PLATFORMS} to $IMAGE:$VERSION"
   "${buildah[@]}" manifest push --quiet --all --format oci "${tls[@]}" --digestfile "$OUT/pushed.digest" \
     "$list" "docker://$IMAGE:$VERSION" || die "image: pushing $IMAGE:$VERSION failed (credentials: buildah login)"
@@ -178,9 +195,44 @@ step_sbom() {
   local digest
   digest=$(image_digest)
   [ -n "$digest" ] || die "sbom: no image digest (run the image step, or set IMAGE_DIGEST)"
-  have syft sbom || return 0
-  syft scan "registry:$IMAGE@$digest" --output "spdx-json=$OUT/gpu-labeller-$VERSION.spdx.json"
-  result sbom "$OUT/gpu-labeller-$VERSION.spdx.json"
+  local sbom=$OUT/gpu-labeller-$VERSION.cdx.json
+  if command -v syft >/dev/null || ! command -v cyclonedx-py >/dev/null; then
+    have syft sbom || return 0
+    syft scan "registry:$IMAGE@$digest" --output "cyclonedx-json=$sbom"
+  else
+    sbom_of_python_environment "$digest" "$sbom"
+  fi
+  result sbom "$sbom"
+}
+
+# cyclonedx-py (OWASP CycloneDX's, from PyPI) lists the distributions of a Python environment; here the
+# image's, pulled by its digest (the host's platform of the list) and mounted with buildah, which needs root.
+sbom_of_python_environment() {
+  local digest=$1 sbom=$2
+  [ "$(id -u)" = 0 ] || die "sbom: cyclonedx-py reads the image's files, which buildah mounts as root only (or install syft)"
+  local tls ctr mnt sites
+  mapfile -t tls < <(buildah_tls)
+  ctr=$(buildah_release from --quiet --pull=always "${tls[@]}" "docker://$IMAGE@$digest") \
+    || die "sbom: pulling $IMAGE@$digest failed"
+  mnt=$(buildah_release mount "$ctr")
+  sites=("$mnt"/opt/gpu-labeller/lib/python3*/site-packages)
+  [ ${#sites[@]} = 1 ] && [ -d "${sites[0]}" ] || die "sbom: $IMAGE@$digest has no /opt/gpu-labeller/lib/python3*/site-packages"
+  # cyclonedx-py asks an interpreter for its sys.path and reads the distributions found there; the image's
+  # venv has no system site-packages, so its one site-packages is where they all are, here under the mount.
+  python3 -c 'import json, sys; print("#!/bin/sh\necho " + json.dumps(json.dumps(sys.argv[1:])))' "${sites[0]}" \
+    >"$WORK/image-python"
+  chmod +x "$WORK/image-python"
+  cyclonedx-py environment --output-reproducible --output-file "$sbom" "$WORK/image-python" \
+    || die "sbom: cyclonedx-py failed"
+  buildah_release rm "$ctr" >/dev/null
+  log "sbom: $sbom lists the Python environment of $IMAGE@$digest (cyclonedx-py; no syft here)"
+}
+
+# cosign's options for signing: a key file without Rekor where COSIGN_KEY is set, else keyless; the registry's CA.
+cosign_signing() {
+  printf '%s\n' --yes
+  if [ -n "$COSIGN_KEY" ]; then printf '%s\n' --key "$COSIGN_KEY" --tlog-upload=false; fi
+  if [ -n "$REGISTRY_CA" ]; then printf '%s\n' --registry-cacert "$REGISTRY_CA"; fi
 }
 
 step_sign_image() {
@@ -188,14 +240,17 @@ step_sign_image() {
   digest=$(image_digest)
   [ -n "$digest" ] || die "sign-image: no image digest (run the image step, or set IMAGE_DIGEST)"
   have cosign sign-image || return 0
-  cosign sign --yes "$IMAGE@$digest"
+  local signing
+  mapfile -t signing < <(cosign_signing)
+  cosign sign "${signing[@]}" "$IMAGE@$digest" || die "sign-image: cosign sign $IMAGE@$digest failed"
   # Each statement the steps before made, attested to the same digest; the release has both.
   local pair suffix type predicate
-  for pair in "provenance.json https://slsa.dev/provenance/v1" "spdx.json spdxjson"; do
+  for pair in "provenance.json slsaprovenance1" "cdx.json cyclonedx"; do
     read -r suffix type <<<"$pair"
     predicate=$OUT/gpu-labeller-$VERSION.$suffix
     if [ -s "$predicate" ]; then
-      cosign attest --yes --type "$type" --predicate "$predicate" "$IMAGE@$digest"
+      cosign attest "${signing[@]}" --type "$type" --predicate "$predicate" "$IMAGE@$digest" \
+        || die "sign-image: cosign attest --type $type $IMAGE@$digest failed"
     elif [ "$REQUIRE_SIGNED" = 1 ]; then
       die "sign-image: no $predicate to attest (run the provenance and sbom steps first)"
     fi
@@ -274,8 +329,10 @@ step_sign_chart() {
   digest=$(cat "$OUT/chart-digest" 2>/dev/null || true)
   [ -n "$digest" ] || die "sign-chart: no $OUT/chart-digest (run the push-chart step)"
   have cosign sign-chart || return 0
+  local signing
+  mapfile -t signing < <(cosign_signing)
   # By the digest the push reported, not by a tag someone could move.
-  cosign sign --yes "$CHARTS/gpu-labeller@$digest"
+  cosign sign "${signing[@]}" "$CHARTS/gpu-labeller@$digest" || die "sign-chart: cosign sign failed"
 }
 
 for step in "$@"; do

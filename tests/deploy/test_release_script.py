@@ -1,6 +1,7 @@
 """scripts/release.sh's steps that need no registry, offline: the signing steps call cosign and syft (here
-recorders standing in for them, on PATH) on the pushed digests, and are skipped, saying so, where those tools
-are missing, unless the release demands them; the provenance statement names the commit and the release.
+recorders standing in for them, on PATH) on the pushed digests, keyless or with a key and no transparency log,
+and are skipped, saying so, where those tools are missing, unless the release demands them; the provenance
+statement names the commit and the release.
 And the chart's own pin: image.digest rendered into every container, Artifact Hub's annotations naming the
 chart's default image."""
 
@@ -21,13 +22,12 @@ SCRIPT = REPO / "scripts" / "release.sh"
 IMAGE = "registry.example.com/team/gpu-labeller"
 DIGEST = "sha256:" + "a" * 64
 CHART_DIGEST = "sha256:" + "c" * 64
-SLSA = "https://slsa.dev/provenance/v1"
 STEPS = "image provenance sbom sign-image package push-chart sign-chart"
 # Stands for cosign or syft: records its arguments, one call a line; syft writes the file it is asked for.
 RECORDER = """#!/bin/sh
 printf '%s\\n' "$*" >>"$RECORD"
 for arg in "$@"; do
-  case $arg in spdx-json=*) echo '{"spdxVersion": "SPDX-2.3"}' >"${arg#spdx-json=}" ;; esac
+  case $arg in cyclonedx-json=*) echo '{"bomFormat": "CycloneDX"}' >"${arg#cyclonedx-json=}" ;; esac
 done
 """
 
@@ -70,10 +70,10 @@ def test_the_image_is_signed_by_its_digest_with_provenance_and_sbom_attested(tmp
     out = tmp_path / "out"
     ref = f"{IMAGE}@{DIGEST}"
     assert calls(tmp_path) == [
-        f"scan registry:{ref} --output spdx-json={out}/gpu-labeller-1.2.3.spdx.json",
+        f"scan registry:{ref} --output cyclonedx-json={out}/gpu-labeller-1.2.3.cdx.json",
         f"sign --yes {ref}",
-        f"attest --yes --type {SLSA} --predicate {out}/gpu-labeller-1.2.3.provenance.json {ref}",
-        f"attest --yes --type spdxjson --predicate {out}/gpu-labeller-1.2.3.spdx.json {ref}",
+        f"attest --yes --type slsaprovenance1 --predicate {out}/gpu-labeller-1.2.3.provenance.json {ref}",
+        f"attest --yes --type cyclonedx --predicate {out}/gpu-labeller-1.2.3.cdx.json {ref}",
     ]
     provenance = json.loads((out / "gpu-labeller-1.2.3.provenance.json").read_text())
     definition = provenance["buildDefinition"]
@@ -88,6 +88,42 @@ def test_the_chart_is_signed_by_the_digest_its_push_reported(tmp_path: Path) -> 
     done = release(tmp_path, "sign-chart", tools=("cosign",), CHARTS="registry.example.com/team/charts")
     assert done.returncode == 0, done.stderr
     assert calls(tmp_path) == [f"sign --yes registry.example.com/team/charts/gpu-labeller@{CHART_DIGEST}"]
+
+
+def test_with_a_key_image_and_chart_are_signed_by_digest_with_it_and_nothing_goes_to_rekor(
+    tmp_path: Path,
+) -> None:
+    """Where Fulcio and Rekor cannot be reached (the rehearsal): COSIGN_KEY signs, no upload to the public
+    log, and cosign trusts the registry through REGISTRY_CA, as buildah and helm do."""
+    key, ca = tmp_path / "cosign.key", tmp_path / "ca.crt"
+    key.write_text("-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----\n")
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "chart-digest").write_text(CHART_DIGEST + "\n")
+    (tmp_path / "out" / "gpu-labeller-1.2.3.cdx.json").write_text('{"bomFormat": "CycloneDX"}')
+    done = release(
+        tmp_path, "provenance", "sign-image", "sign-chart", tools=("cosign",), IMAGE_DIGEST=DIGEST,
+        COSIGN_KEY=str(key), COSIGN_PASSWORD="", REGISTRY_CA=str(ca),
+        CHARTS="registry.example.com/team/charts",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    out, ref = tmp_path / "out", f"{IMAGE}@{DIGEST}"
+    signing = f"--yes --key {key} --tlog-upload=false --registry-cacert {ca}"
+    assert calls(tmp_path) == [
+        f"sign {signing} {ref}",
+        f"attest {signing} --type slsaprovenance1 --predicate {out}/gpu-labeller-1.2.3.provenance.json {ref}",
+        f"attest {signing} --type cyclonedx --predicate {out}/gpu-labeller-1.2.3.cdx.json {ref}",
+        f"sign {signing} registry.example.com/team/charts/gpu-labeller@{CHART_DIGEST}",
+    ]
+
+
+def test_a_missing_key_file_is_one_line_naming_it(tmp_path: Path) -> None:
+    done = release(tmp_path, "sign-image", tools=("cosign",), IMAGE_DIGEST=DIGEST, COSIGN_KEY="nokey.key")
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines() == [
+        "release: error: COSIGN_KEY=nokey.key is no file (cosign generate-key-pair writes one)"
+    ]
+    assert calls(tmp_path) == []
 
 
 def test_without_cosign_and_syft_the_signing_steps_say_they_are_skipped(tmp_path: Path) -> None:
