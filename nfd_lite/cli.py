@@ -198,7 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--admission-check-interval",
         type=_positive,
         default=WriterSettings.admission_check_interval,
-        help="seconds between checks, while running, that the admission policy still fences the writer "
+        help="how often the cluster's writers together check, while running, that the admission policy "
+        "still fences them: each about every this many seconds x the cluster's Nodes, at most daily "
         "(/readyz fails while it does not); 0: only at start and after a long API outage",
     )
     p.add_argument("--metrics-address", default=":8081", help="host:port for /metrics, /healthz; '' disables")

@@ -1,7 +1,7 @@
 """A thin own-Node client: JSON over ``http.client`` (``connection`` says why not the official client's
 request layer), handed back as dicts. Every request has one deadline and every answer a size cap, so a
 broken or hostile server costs bounded time and memory. Only the start-up self-check names another node,
-in a list of one and a dry-run patch that the server never stores (``probe_other_node``). A failure is
+in a list of two and a dry-run patch that the server never stores (``probe_other_node``). A failure is
 raised as the ``errors`` class saying what it means.
 """
 
@@ -171,13 +171,16 @@ class NodeApi:
         )
         return node
 
-    def other_node(self) -> dict[str, Any] | None:
-        """Some Node other than this one (None on a one-node cluster), for the self-check's probe."""
-        query = [("fieldSelector", f"metadata.name!={self.node_name}"), ("limit", "1")]
-        result = self._send("GET", _NODES, query=query)
-        items = result.get("items") or []
-        node: dict[str, Any] | None = items[0] if items else None
-        return node
+    def other_node(self) -> tuple[dict[str, Any] | None, int]:
+        """Some Node other than this one (None on a one-node cluster), for the self-check's probe, and the
+        number of Nodes in the cluster: a list of two without a selector, whose remainingItemCount counts
+        the rest (a selector would hide it)."""
+        result = self._send("GET", _NODES, query=[("limit", "2")])
+        items = [i for i in result.get("items") or [] if isinstance(i, dict)]
+        others = [i for i in items if (i.get("metadata") or {}).get("name") != self.node_name]
+        remaining = (result.get("metadata") or {}).get("remainingItemCount")
+        count = len(items) + (remaining if isinstance(remaining, int) and remaining > 0 else 0)
+        return (others[0] if others else None), count
 
     def probe_other_node(self, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """A dry-run merge patch of another Node, always with ``dryRun=All``: the server runs admission and

@@ -24,6 +24,8 @@ class NodeState:
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
     resource_version: str = ""
+    # The Node as the server sent it, for the admission self-check's probes (taints, managedFields).
+    obj: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_object(cls, node: Mapping[str, Any]) -> NodeState:
@@ -32,6 +34,7 @@ class NodeState:
             dict(meta.get("labels") or {}),
             dict(meta.get("annotations") or {}),
             str(meta.get("resourceVersion") or ""),
+            node,
         )
 
     def supersedes(self, known: NodeState | None) -> bool:

@@ -13,20 +13,30 @@ admission runs, nothing is stored) of a patch that RBAC allows and only the poli
   older version does not pass).
 
 Each must be refused by this writer's own policy, recognised by its name and its binding's (the same
-name, as in rbac/ and the chart): a policy by another name that happens to refuse a probe says nothing
-about the properties ours enforces. First, a label this writer may set is sent to its own Node, also as
-a dry run, and must be admitted: the label on the other Node differs from it only by the Node, so its
-refusal can only be the policy's rule about Nodes.
+name, as in rbac/ and the chart), and by the rule for that property, recognised by its message: a policy
+by another name that happens to refuse a probe, or another rule of ours (the label cap, a prefix the
+policy does not allow), says nothing about the property. Only where a refusal names another rule is a
+label this writer may set sent to its own Node, also as a dry run: refused too, the fault is not the
+property's (a token without a node claim, a cap reached) and is raised as any failed request is;
+admitted, the property is not enforced.
+
+The check reads no Node of its own: it probes the newest one the writer's watch delivered. It costs one
+LIST of two Nodes (the other Node to probe, and the cluster's size) and four dry runs.
 
 ``AdmissionCheck`` runs the check before the first write (where a failure stops the writer) and again
-every ``admission_check_interval`` while it runs, where a failure is an alarm (/readyz, a metric, one log
-line) and the writer goes on writing: docs/nfd-lite.md says why.
+while it runs, where a failure is an alarm (/readyz, a metric, one log line) and the writer goes on
+writing: docs/nfd-lite.md says why. Every writer of a cluster proves the same policy, so the repeats are
+shared out: each writer checks about every ``admission_check_interval`` times the number of Nodes (at
+most once a day, at a random point of it), and the fleet as a whole about once per interval, whatever
+its size. After a failed check it checks every interval, so that the alarm ends soon after the policy is
+back.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -54,6 +64,9 @@ OTHER_NODES = "writes to other Nodes"
 RESERVED_LABELS = "labels reserved for Kubernetes"
 TAINTS = "taints"
 MANAGED_FIELDS = "forged managedFields entries of other managers"
+
+# A writer's own period between repeated checks is the interval times the cluster's Nodes, at most this.
+LONGEST_PERIOD = 86400.0
 
 
 class PolicyNotEnforced(Exception):
@@ -91,8 +104,9 @@ class Context:
     api: NodeApi
     own: Mapping[str, Any]
     own_labels: Mapping[str, str]
-    allowed: str  # the label key the admitted probe used
+    allowed: str  # a label key this writer may set, absent from its Node
     said: set[str]  # skipped probes already logged (once per writer, not at every periodic check)
+    nodes: list[int]  # the cluster's Nodes as the other Node's list counted them ([] until listed)
 
 
 @dataclass(frozen=True)
@@ -106,16 +120,17 @@ class Sent:
 @dataclass(frozen=True)
 class Probe:
     """One property: a dry-run request that RBAC allows and only the policy's rule for ``prop`` refuses.
-    ``build`` returns None where it cannot be checked (and says why). ``says``: what the refusal must name,
-    where only one rule can refuse the request, so that a refusal for another reason does not pass."""
+    ``build`` returns None where it cannot be checked (and says why). ``says``: what the refusal names
+    when that rule refuses it (any of them: a rule's messageExpression, or its message where the expression
+    fails), so that a refusal for another reason does not pass."""
 
     prop: str
     build: Callable[[Context], Sent | None]
-    says: str | None = None
+    says: tuple[str, ...]
 
 
 def _probe_other_node(ctx: Context) -> Sent | None:
-    other = _other_node(ctx.api, ctx.said)
+    other = _other_node(ctx.api, ctx.said, ctx.nodes)
     if other is None:
         return None
     name = str(other["metadata"]["name"])
@@ -158,12 +173,13 @@ def _probe_managed_fields(ctx: Context) -> Sent:
     )
 
 
-# A rule added to the policy gets its probe here, as one entry.
+# A rule added to the policy gets its probe here, as one entry, with the words of its messages
+# (rbac/admission-policy.yaml).
 PROBES: tuple[Probe, ...] = (
-    Probe(OTHER_NODES, _probe_other_node),
-    Probe(RESERVED_LABELS, _probe_reserved_label),
-    Probe(TAINTS, _probe_taint),
-    Probe(MANAGED_FIELDS, _probe_managed_fields, says="metadata.managedFields"),
+    Probe(OTHER_NODES, _probe_other_node, ("may only change its own Node", "may only change the Node named")),
+    Probe(RESERVED_LABELS, _probe_reserved_label, ("may only change labels under",)),
+    Probe(TAINTS, _probe_taint, ("may not add, change or remove taints",)),
+    Probe(MANAGED_FIELDS, _probe_managed_fields, ("metadata.managedFields",)),
 )
 
 
@@ -173,36 +189,50 @@ def check_policy(
     expected: str | None = None,
     probes: tuple[Probe, ...] = PROBES,
     said: set[str] | None = None,
-) -> None:
-    """Return if the policy named ``expected`` (default: ``expected_policy()``) refused every probe; raise
-    PolicyNotEnforced naming each property that was admitted or refused by something else, and the ApiError
-    itself for anything that is not a policy's answer (unreachable, RBAC, a webhook), or for any refusal of
-    the label this writer may set, so the caller's retry policy and error reporting apply as to any
-    request. ``policy``'s first allowed prefix names the probe label (default: nfd-lite's defaults).
-    ``said``: the skipped probes already logged by an earlier check of the same writer."""
+    own: Mapping[str, Any] | None = None,
+) -> int | None:
+    """Return if the policy named ``expected`` (default: ``expected_policy()``) refused every probe by the
+    probe's rule; raise PolicyNotEnforced naming each property that was admitted or refused by something
+    else, and the ApiError itself for anything that is not a policy's answer (unreachable, RBAC, a
+    webhook), or where the label this writer may set is refused too, so the caller's retry policy and
+    error reporting apply as to any request. ``policy``'s first allowed prefix names the probe label
+    (default: nfd-lite's defaults). ``said``: the skipped probes already logged by an earlier check of the
+    same writer. ``own``: this writer's Node as last seen (default: read it). Returns the number of Nodes
+    in the cluster as its list counted them, None where it could not list them."""
     name = expected or expected_policy()
     prefix = (policy or Policy()).allow_prefixes[0]
-    own = api.get_node()
+    if not own:
+        own = api.get_node()
     own_labels = _labels(own)
     allowed = _absent(prefix + PROBE_NAME, own_labels)
-    api.patch_node(_label_patch(own, allowed), dry_run=True)
 
-    ctx = Context(api, own, own_labels, allowed, set() if said is None else said)
+    ctx = Context(api, own, own_labels, allowed, set() if said is None else said, [])
     findings: list[tuple[str, str]] = []
+    elsewhere: list[tuple[str, str]] = []  # refused by our policy, but naming another rule
     for probe in probes:
         sent = probe.build(ctx)
         if sent is not None:
-            findings += [(probe.prop, text) for text in _unless_refused(name, probe, sent)]
+            verdict = _unless_refused(name, probe, sent)
+            if verdict is not None:
+                (elsewhere if verdict[0] else findings).append((probe.prop, verdict[1]))
+    if elsewhere:
+        # Raises the refusal where a label this writer may set is refused too: nothing is known then.
+        api.patch_node(_label_patch(own, allowed), dry_run=True)
+        findings += elsewhere
     if findings:
         raise PolicyNotEnforced(name, findings)
+    return ctx.nodes[0] if ctx.nodes else None
 
 
 class AdmissionCheck:
     """When the policy is checked, and what the last check found. Before the first write the check must
     pass (``PolicyNotEnforced`` and any ``ApiError`` are raised: nothing is written until it does). After
-    that it runs again every ``interval`` seconds (0: only after ``due_now``); a failure then sets
-    ``missing`` (the /readyz reason), the ``enforced`` gauge to 0 and says so in one line, once per change,
-    until a check passes again."""
+    that it runs again while the writer runs (``interval`` 0: only after ``due_now``), each writer about
+    every ``interval`` times the Nodes the last check counted, at most LONGEST_PERIOD, at a random point
+    between half and one and a half of that, so that writers started together do not check together and
+    the fleet as a whole checks about once per ``interval``. A failure then sets ``missing`` (the /readyz
+    reason), the ``enforced`` gauge to 0 and says so in one line, once per change, and the next check is
+    due within ``interval``, until one passes again."""
 
     def __init__(
         self,
@@ -211,6 +241,7 @@ class AdmissionCheck:
         interval: float,
         enforced: Gauge,
         clock: Callable[[], float] = time.monotonic,
+        jitter: Callable[[], float] = random.random,
     ) -> None:
         self.api = api
         self.policy = policy
@@ -218,10 +249,12 @@ class AdmissionCheck:
         self.interval = interval
         self.enforced = enforced
         self._clock = clock
+        self._jitter = jitter  # uniform in [0, 1)
         self._next: float | None = None  # when the next check is due; None until one has passed
         self.missing: str | None = None  # one line while the last check found the policy not enforced
         self._missing_props: list[str] = []
         self._said: set[str] = set()  # skipped probes logged
+        self.nodes: int | None = None  # the cluster's Nodes as the last check counted them
 
     @property
     def passed_once(self) -> bool:
@@ -230,6 +263,13 @@ class AdmissionCheck:
     def next_check(self) -> float | None:
         """When (monotonic) a check is due, once the first has passed and while checks are periodic."""
         return self._next if self._next is not None and self.interval > 0 else None
+
+    def period(self) -> float:
+        """This writer's mean time between checks now: ``interval`` after a failed check, else its share
+        of the fleet's (0: not periodic)."""
+        if self.interval <= 0 or self.missing is not None:
+            return max(self.interval, 0.0)
+        return min(self.interval * max(1, self.nodes or 1), max(LONGEST_PERIOD, self.interval))
 
     def due_now(self) -> None:
         """Check before the next write (a long API outage may have been an upgrade that dropped it)."""
@@ -241,26 +281,42 @@ class AdmissionCheck:
         if self._next is not None:
             self._next = self._clock() + seconds
 
-    def run_when_due(self) -> None:
+    def run_when_due(self, own: Mapping[str, Any] | None = None) -> None:
+        """Check if due, probing ``own`` (this writer's Node as last seen; default: read it)."""
         if self._next is not None and self._clock() < self._next:
             return
         first = self._next is None
         try:
-            check_policy(self.api, self.policy, self.name, said=self._said)
+            nodes = check_policy(self.api, self.policy, self.name, said=self._said, own=own)
         except PolicyNotEnforced as err:
             if first:
                 raise
-            self._schedule()
             self._not_enforced(err)
+            self._schedule()
             return
-        self._schedule()
-        self.enforced.set(1)
+        if nodes is not None:
+            self.nodes = nodes
         if self.missing is not None:
             log.info("the admission policy '%s' fences this writer again", self.name)
         self.missing, self._missing_props = None, []
+        self._schedule()
+        self.enforced.set(1)
+        if first:
+            log.info(
+                "admission self-check: the policy '%s' fences this writer; %s",
+                self.name,
+                f"checked again in about {self.period():.0f} s ({self.nodes or 'an unknown number of'} Nodes "
+                "share the checks)"
+                if self.interval > 0
+                else "checked again after a long API outage",
+            )
 
     def _schedule(self) -> None:
-        self._next = self._clock() + (self.interval if self.interval > 0 else float("inf"))
+        period = self.period()
+        if period <= 0:
+            self._next = float("inf")
+        else:
+            self._next = self._clock() + period * (0.5 + self._jitter())
 
     def _not_enforced(self, err: PolicyNotEnforced) -> None:
         self.enforced.set(0)
@@ -279,9 +335,9 @@ class AdmissionCheck:
             )
 
 
-def _unless_refused(expected: str, probe: Probe, sent: Sent) -> list[str]:
-    """[] if the policy named ``expected`` refused ``sent`` (naming ``probe.says``, if set); else one
-    finding naming ``probe.prop``."""
+def _unless_refused(expected: str, probe: Probe, sent: Sent) -> tuple[bool, str] | None:
+    """None if the policy named ``expected`` refused ``sent`` by the rule ``probe.says`` names; else a
+    finding naming ``probe.prop``, first True where our policy refused it by another rule."""
     try:
         sent.send()
     except ApiError as err:
@@ -290,26 +346,27 @@ def _unless_refused(expected: str, probe: Probe, sent: Sent) -> list[str]:
             raise
         if denial.policy != expected or denial.binding not in (None, expected):
             by = f"was refused by {denial}, not by '{expected}'"
-            return [f"{probe.prop} are not refused by it: {sent.what} {by}"]
-        if probe.says is not None and probe.says not in err.message:
-            return [
+            return False, f"{probe.prop} are not refused by it: {sent.what} {by}"
+        if not any(words in err.message for words in probe.says):
+            return True, (
                 f"{probe.prop} are not refused by its rule for them: {sent.what} was refused for another "
-                f"reason, not naming {probe.says} ({err.message})"
-            ]
-        return []
-    return [f"{probe.prop} are not refused: {sent.what} was admitted"]
+                f"reason, not naming {probe.says[0]} ({err.message})"
+            )
+        return None
+    return False, f"{probe.prop} are not refused: {sent.what} was admitted"
 
 
-def _other_node(api: NodeApi, said: set[str]) -> dict[str, Any] | None:
+def _other_node(api: NodeApi, said: set[str], nodes: list[int]) -> dict[str, Any] | None:
     """A Node to probe other than this one, or None (logged once per ``said``: that property is not
-    checked, and why)."""
+    checked, and why). Appends the cluster's Node count to ``nodes`` where the list said it."""
     try:
-        other = api.other_node()
+        other, count = api.other_node()
     except Forbidden as err:
         if policy_denial(err.message) is not None:
             raise
         kind, reason = "forbidden", f"this token may not list Nodes ({err.message})"
     else:
+        nodes.append(count)
         if other is not None:
             return other
         kind, reason = "alone", "there is no other Node (a one-node cluster)"

@@ -90,7 +90,8 @@ def test_the_previous_policy_of_the_same_name_fails_the_check(plane: ControlPlan
             assert f"{held} are not refused" not in output, "the previous policy holds those"
         assert _versions(kube) == before, "a probe was stored"
     finally:
-        apply_rbac(kube)  # the current policy again (and settled) for the next test
+        apply_rbac(kube)
+        kube.delete_node("gpu-third")  # the current policy again (and settled) for the next test
 
 
 def _get(port: int, path: str) -> tuple[int, str]:
@@ -128,6 +129,8 @@ def test_a_binding_deleted_under_the_running_writer_makes_it_unready_until_resto
     kube = plane
     port = free_port()
     interval = "3"
+    # A third Node: the check's list of two counts the rest from the server's remainingItemCount.
+    kube.create_node("gpu-third", {"kubernetes.io/hostname": "gpu-third"})
     writer = PodWriter(
         kube, tmp_path, OWN, "--metrics-address", f"127.0.0.1:{port}", "--admission-check-interval", interval
     )
@@ -137,6 +140,12 @@ def test_a_binding_deleted_under_the_running_writer_makes_it_unready_until_resto
             assert eventually(lambda: _get(port, "/readyz") == (200, "ok\n"), timeout=60), writer.output()
             assert _enforced(port) == 1
             assert kube.labels(OWN).get("nvidia.com/gpu.count") == "2"
+            # Each of the N Nodes' writers checks about every N intervals: the fleet about once per interval.
+            # N > 2: counted from the list of two and its remainingItemCount.
+            nodes = len(kube.must("GET", "/api/v1/nodes")["items"])
+            assert nodes > 2
+            said = f"checked again in about {3 * nodes} s ({nodes} Nodes share the checks)"
+            assert said in writer.output()
 
             kube.must("DELETE", f"{BINDINGS}/{POLICY}")
             kube.settle_policies()
@@ -157,3 +166,4 @@ def test_a_binding_deleted_under_the_running_writer_makes_it_unready_until_resto
             assert f"the admission policy '{POLICY}' fences this writer again" in writer.output()
     finally:
         apply_rbac(kube)
+        kube.delete_node("gpu-third")

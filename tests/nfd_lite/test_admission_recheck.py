@@ -76,8 +76,11 @@ def test_a_binding_deleted_while_the_writer_runs_is_noticed_and_its_return_too(
             # The writer goes on doing its job: its own labels are as right as before.
             w.write("nvidia.com/gpu.count=4\n")
             assert eventually(lambda: ours(server) == {"nvidia.com/gpu.count": "4"})
-            checks = server.count(method="GET", path=f"/api/v1/nodes/{NODE}")
-            assert eventually(lambda: server.count(method="GET", path=f"/api/v1/nodes/{NODE}") > checks + 2)
+            # Each check probes the other Node once (the only request that names it).
+            checks = server.count(method="PATCH", path=f"/api/v1/nodes/{OTHER_NODE}")
+            assert eventually(
+                lambda: server.count(method="PATCH", path=f"/api/v1/nodes/{OTHER_NODE}") > checks + 2
+            )
             assert _readyz(port)[0] == 503  # checked again and again, still missing, still unready
             (line,) = _said(caplog, "no longer fences this writer")  # said once, not at every check
             assert "are not refused" in line and "labels are still written" in line and "\n" not in line
@@ -109,6 +112,11 @@ def test_without_periodic_checks_a_deleted_binding_goes_unnoticed(tmp_path: Path
             assert _readyz(port)[0] == 200 and w.metric(ENFORCED) == 1
 
 
+def MIDDLE() -> float:
+    """The jitter's middle: the period itself."""
+    return 0.5
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 1000.0
@@ -124,7 +132,7 @@ def test_a_check_that_cannot_be_made_keeps_the_last_verdict_and_is_due_again(
         server.add_node(NODE)
         clock, gauge = Clock(), Gauge("g", "g", registry=Registry())
         check = AdmissionCheck(
-            node_api(server, tmp_path), WriterSettings(NODE, []).policy, 60.0, gauge, clock
+            node_api(server, tmp_path), WriterSettings(NODE, []).policy, 60.0, gauge, clock, MIDDLE
         )
         assert check.next_check() is None  # nothing is periodic before the first check has passed
         check.run_when_due()
@@ -144,3 +152,33 @@ def test_a_check_that_cannot_be_made_keeps_the_last_verdict_and_is_due_again(
         assert check.missing is not None and check.next_check() == 1150.0
     # A one-node cluster: the probe of other Nodes is skipped at every check, and said so once.
     assert len(_said(caplog, "writes to other Nodes is not checked")) == 1
+
+
+def test_the_fleet_shares_the_checks_each_writer_at_a_random_point_of_its_share(tmp_path: Path) -> None:
+    """Twelve Nodes: each writer checks about every 12 intervals (the fleet about once per interval), at a
+    random point between half and one and a half of that, so that writers started together spread out;
+    after a failed check, every interval, until one passes; never less often than daily."""
+    with FakeApiServer() as server:
+        for n in range(12):
+            server.add_node(f"gpu-{n + 1}")
+        clock, gauge = Clock(), Gauge("g", "g", registry=Registry())
+        policy = WriterSettings(NODE, []).policy
+        draws = iter([0.0, 0.999, 0.5, 0.5])
+        check = AdmissionCheck(node_api(server, tmp_path), policy, 60.0, gauge, clock, lambda: next(draws))
+        check.run_when_due()
+        assert check.nodes == 12 and check.period() == 720.0
+        assert check.next_check() == 1000.0 + 360.0  # the earliest point: half of 12 intervals
+        clock.now = 1360.0
+        check.run_when_due()
+        assert check.next_check() == pytest.approx(1360.0 + 720.0 * 1.499)  # the latest
+        bindings, server.admission.bindings = server.admission.bindings, []
+        clock.now = 3000.0
+        check.run_when_due()
+        assert check.missing is not None and check.period() == 60.0 and check.next_check() == 3060.0
+        server.admission.bindings = bindings
+        clock.now = 3060.0
+        check.run_when_due()
+        assert check.missing is None and check.next_check() == 3060.0 + 720.0
+        big = AdmissionCheck(node_api(server, tmp_path), policy, 300.0, gauge, clock, MIDDLE)
+        big.nodes = 5000
+        assert big.period() == 86400.0  # a writer of a 5,000-Node fleet: daily, not every 17 days

@@ -64,8 +64,8 @@ def test_prune_removes_what_the_policy_lets_go_and_names_what_it_refused(
 
 
 def _probes(server: FakeApiServer) -> int:
-    """The writer's admission-policy self-checks: each begins its probe of other Nodes by listing one."""
-    return sum(1 for r in server.requests if r.method == "GET" and "!=" in r.query.get("fieldSelector", ""))
+    """The writer's admission-policy self-checks: each begins its probe of other Nodes by listing two."""
+    return sum(1 for r in server.requests if r.method == "GET" and r.query.get("limit") == "2")
 
 
 @pytest.mark.parametrize(("recheck_after", "probes"), [(0.3, 2), (300.0, 1)])

@@ -270,10 +270,23 @@ def test_a_one_node_cluster_without_the_policy_still_fails(apiserver: FakeApiSer
         check_policy(node_api(apiserver, tmp_path))
 
 
-def test_a_refused_label_the_writer_may_set_is_raised_as_for_any_write(tmp_path: Path) -> None:
-    """Prefixes the policy does not allow: every write would be refused, which is not 'not enforced'."""
-    with two_nodes(FakeApiServer()) as server, pytest.raises(AdmissionRefused):
-        check_policy(node_api(server, tmp_path), Policy.from_prefixes(["example.com/"]))
+def test_a_token_without_a_node_claim_is_raised_as_for_any_write(tmp_path: Path) -> None:
+    """Every probe refused by the policy's first rule (no node-name claim to check): a label the writer may
+    set is refused too, so every write would be; that is not 'not enforced', and the server's reason is
+    raised as for any refused write."""
+    with two_nodes(FakeApiServer()) as server:
+        token = server.token_for_service_account("gpu-labeller", "nfd-lite")  # no node claim
+        with pytest.raises(AdmissionRefused, match="node-name claim"):
+            check_policy(node_api(server, tmp_path, token=token))
+
+
+def test_prefixes_the_policy_does_not_allow_leave_it_enforced(tmp_path: Path) -> None:
+    """Each probe refused by its own rule proves the policy, whatever the writer may write: its writes of
+    example.com/ labels are then refused one by one, as held-back labels (test_admission_refusals)."""
+    with two_nodes(FakeApiServer()) as server:
+        before = versions(server)
+        assert check_policy(node_api(server, tmp_path), Policy.from_prefixes(["example.com/"])) == 2
+        assert versions(server) == before
 
 
 def test_an_rbac_refusal_is_not_taken_for_the_policy(tmp_path: Path) -> None:
