@@ -12,7 +12,8 @@ gfd reads NVML through the `nvidia` runtime handler, the stand-in for NVIDIA's c
 injects NVIDIA's mock NVML (a simulated DGX H100). Then, each from a quiet healthy node:
 
 1. a GPU made to fail through the mock (its events file: `GPU is lost`) fires GpuDegraded for that node
-   and pod, and nothing else; it resolves once the GPU answers again;
+   and pod, naming the GPU by the bus address the mock NVML reports for it, and nothing else; it
+   resolves once the GPU answers again;
 2. the writer cut off from the API server by iptables rules in the node's network namespace (what a
    NetworkPolicy that no longer matches the API server does; this node's CNI enforces no policy) fires
    NfdLiteApiUnreachable, and nothing else; it resolves once the rules go.
@@ -29,6 +30,7 @@ from urllib.parse import quote
 
 import pytest
 
+from gfd.backends.decoding import sysfs_bus_id
 from nfd_lite.settings import WriterSettings
 from tests.deploy.cni_policies import PROMETHEUS_RULE, SERVICE_MONITOR, serving_crd
 from tests.kube.helm import install_crd
@@ -44,6 +46,7 @@ from tests.node.release import (
     uninstall_pruning,
     wait_until,
 )
+from tests.parity.peers import describe, mock_env
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -109,6 +112,15 @@ def watched(node_with_image: NodeCluster, tmp_path_factory: pytest.TempPathFacto
         for crd in crds:
             cluster.request("DELETE", f"{CRDS}/{crd['metadata']['name']}")
         cluster.set_toolkit({"MOCK_NVML_MACHINE": "dgxa100"})
+
+
+def reported_bus_id(gpu: int) -> str:
+    """GPU ``gpu``'s bus address as the mock NVML reports it on MACHINE (go-nvml's data, read by the mock's
+    describe tool), spelt as sysfs and gfd's log spell it."""
+    (device,) = [d for d in describe(mock_env(MACHINE))["devices"] if d["index"] == gpu]
+    address = sysfs_bus_id(device["pci_bus_id"])
+    assert address is not None, device
+    return address
 
 
 def inject(cluster: NodeCluster, line: str) -> float:
@@ -215,6 +227,7 @@ def test_prometheus_scrapes_the_pod_as_the_service_monitor_says_and_loads_the_ru
 
 def test_a_failing_gpu_fires_gpu_degraded_and_it_resolves(watched: Watched) -> None:
     cluster, prometheus = watched.cluster, watched.prometheus
+    bus_id = reported_bus_id(GPU)
     quiet(watched)
     began = time.time()
     failed_at = inject(cluster, f"{GPU} lost")
@@ -226,7 +239,16 @@ def test_a_failing_gpu_fires_gpu_degraded_and_it_resolves(watched: Watched) -> N
         watched.pod["metadata"]["name"],
     )
     assert labels["severity"] == "warning"
-    assert annotations["summary"] == f"1 GPU(s) failing on node {cluster.node}"
+    # One alert, for the GPU that failed, by its bus address.
+    assert [
+        a["labels"].get("bus_id") for a in prometheus.alerts() if a["labels"]["alertname"] == "GpuDegraded"
+    ] == [bus_id]
+    assert (labels["bus_id"], labels["layer"], labels["error"]) == (
+        bus_id,
+        "hardware",
+        "NVML_ERROR_GPU_IS_LOST",
+    )
+    assert annotations["summary"] == f"GPU {bus_id} failing on node {cluster.node} (NVML_ERROR_GPU_IS_LOST)"
     assert annotations["runbook_url"].endswith("docs/alerts.md#gpudegraded")
 
     healed_at = inject(cluster, f"{GPU} answers")
