@@ -1,6 +1,8 @@
 // cosign (github.com/sigstore/cosign/v2's cmd/cosign) with the signers a test needs: key files and keyless.
 // Upstream's main also registers the AWS, Azure, GCP and HashiCorp Vault KMS providers (kms:// keys), which
-// nothing here uses; the registry credential helpers stay, as cosign's registry client links them anyway.
+// nothing here uses: without them a cold build downloads 231 modules (257 MB) instead of 263 (267 MB); the
+// compile is no shorter (275 s of CPU either way, from empty caches on 2 cores), as cosign's registry client
+// links the same clouds' credential helpers anyway.
 // Upstream's rewriting of deprecated single-dash flags is left out too (it needs a package internal to cosign).
 package main
 
