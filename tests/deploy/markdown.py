@@ -16,7 +16,7 @@ from pathlib import Path
 SHELL = ("sh", "console")
 _MARKER = re.compile(r"<!-- first-hour: ([\w-]+) -->")
 # The commands a reader runs against the cluster or the checkout; in console blocks, the rest is output.
-_COMMAND = re.compile(r"(helm|kubectl|docker|[A-Z_]+=\S+ .*scripts/)")
+_COMMAND = re.compile(r"(helm|kubectl|docker|cosign|[A-Z_]+=\S+ .*scripts/)")
 
 
 @dataclass

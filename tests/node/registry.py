@@ -6,12 +6,14 @@ helm and buildah through their CA-file options."""
 
 from __future__ import annotations
 
+import json
 import re
 import ssl
 import subprocess
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tests.kube.controlplane import ROOT
 from tests.node.cluster import NodeCluster
@@ -20,6 +22,7 @@ from tests.node.pki import Authority
 from tests.waiting import eventually
 
 REGISTRY = ROOT / ".cache" / "peers" / "registry" / "registry"
+OCI_TYPES = "application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json"
 # The combined log format of the registry's access log: client, request line, status, size, referer, agent.
 _ACCESS = re.compile(r'^\S+ \S+ \S+ \[[^]]+\] "(\w+) (\S+) [^"]*" (\d{3}) \S+ "[^"]*" "([^"]*)"$')
 
@@ -119,6 +122,25 @@ class Registry:
                 self._process.wait(15)
         if self._forwarder is not None:
             self._forwarder.close()
+
+    def _call(self, method: str, path: str, body: bytes | None = None, media_type: str = "") -> Any:
+        """``method`` https://HOST``path``, trusting the registry's CA; the answer, for the caller to read."""
+        request = urllib.request.Request(f"https://{self.host}{path}", data=body, method=method)
+        if media_type:
+            request.add_header("Content-Type" if body is not None else "Accept", media_type)
+        context = ssl.create_default_context(cafile=str(self.ca))
+        return urllib.request.urlopen(request, context=context, timeout=30)
+
+    def change_manifest(self, repository: str, tag: str, annotations: dict[str, str]) -> str:
+        """Pushes again under ``tag`` the OCI manifest or index it names, ``annotations`` added, as anyone who
+        may push could change a release after it was signed; the new digest."""
+        with self._call("GET", f"/v2/{repository}/manifests/{tag}", media_type=OCI_TYPES) as answer:
+            manifest = json.load(answer)
+            media_type = answer.headers["Content-Type"]
+        manifest["annotations"] = {**manifest.get("annotations", {}), **annotations}
+        body = json.dumps(manifest).encode()
+        with self._call("PUT", f"/v2/{repository}/manifests/{tag}", body, media_type) as answer:
+            return str(answer.headers["Docker-Content-Digest"])
 
     def requests(self) -> list[Request]:
         """Every request the registry answered, from its access log, in order."""

@@ -1,10 +1,17 @@
 """A release rehearsed end to end on the real node, from docs/deploy.md ("Releases") alone: the blocks marked
 `<!-- first-hour: release-... -->` are run word for word, as the maintainer and then a user run them.
 
+- `release-key`: `cosign generate-key-pair`, since keyless signing needs Sigstore's Fulcio and Rekor, which
+  cannot be reached from here: the rehearsal signs with a key it generates (the workflow stays keyless);
 - `release-publish`: scripts/release.sh, the script .github/workflows/release.yaml runs, builds the image
   with buildah, pushes it as a manifest list to a real OCI registry (distribution v3.1.2, serving TLS from a
-  CA of its own inside the node's network namespace, on the same loopback address here), packages the chart
-  pinning that digest and `helm push`es it; its signing steps say they are skipped (no cosign here);
+  CA of its own inside the node's network namespace, on the same loopback address here), writes the build
+  provenance and a CycloneDX SBOM of the image's Python environment (cyclonedx-py), signs the image's digest
+  with that key and attests both (cosign v2.6.5, nothing sent to Rekor), packages the chart pinning that
+  digest, `helm push`es it and signs the chart's digest;
+- `release-verify`: `cosign verify` and `cosign verify-attestation` with `cosign.pub`, as a user checks the
+  release before installing: the signatures name the digests release.sh pushed, the provenance the release,
+  the SBOM gpu-labeller and its dependencies;
 - `release-hosts-toml`: written into the node containerd's registry config_path, with the CA beside it;
 - `release-install`: `helm install oci://REGISTRY/charts/gpu-labeller --version X.Y.Z --ca-file ca.crt`, no
   value for the image: containerd pulls the image from the registry by the chart's digest (it was in no
@@ -13,19 +20,28 @@
 - `release-upgrade`: the next release, published the same way, upgraded to: its digest pulled the same way,
   the pod replaced, and no label ever absent (every state of the Node's labels recorded by a watch).
 
+Tampering is caught (a test of its own): the previous release's image tag moved to a changed manifest list
+and its chart pushed again, changed, under the same version, fail every verification with the messages
+docs/deploy.md explains; signed and attested with another key, they fail with the others.
+
 What the reader substitutes, and nothing else: the registry's address for `registry.example.com`, the
-release's version for `X.Y.Z`, the registry's CA file for `ca.crt`, and containerd's config_path for
-/etc/containerd/certs.d. Prints the time of each phase."""
+release's version for `X.Y.Z`, the registry's CA file for `ca.crt`, the key pair's files for `cosign.key` and
+`cosign.pub`, and containerd's config_path for /etc/containerd/certs.d. Prints the time of each phase."""
 
 from __future__ import annotations
 
+import base64
+import json
+import os
 import re
 import shlex
 import subprocess
+import tarfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,10 +69,30 @@ PREVIOUS, THIS = "1.0.0-rc.1", "1.0.0"
 REPOSITORY = "gpu-labeller/gpu-labeller"  # under the registry, as the docs' IMAGE names it
 # The docs' placeholders.
 REGISTRY, VERSION, CA, HOSTS_DIR = "registry.example.com", "X.Y.Z", "ca.crt", "/etc/containerd/certs.d"
-PLACEHOLDERS = re.compile(r"example\.com|X\.Y\.Z|(^|=)ca\.crt$")
+KEY_FILES = ("cosign.key", "cosign.pub")  # release-key's, in the directory it runs in
+PLACEHOLDERS = re.compile(r"example\.com|X\.Y\.Z|(^|=)(ca\.crt|cosign\.key|cosign\.pub)$")
 UNTRUSTED = "x509: certificate signed by unknown authority"
+# Where the maintainer's and the user's shell finds cosign and the SBOM tool: the peer, and the test venv's.
+SIGNING_TOOLS = {
+    "cosign": ROOT / ".cache" / "peers" / "cosign" / "cosign",
+    "cyclonedx-py": ROOT / ".venv" / "bin" / "cyclonedx-py",
+}
+PASSWORD = "rehearsal"  # cosign.key's, in the maintainer's environment as cosign reads it (COSIGN_PASSWORD)
+# What a failed `cosign verify` / `verify-attestation` says (docs/deploy.md explains each): a digest no one
+# signed (the tag moved to a changed artifact), and one signed with another key.
+UNSIGNED = {
+    "verify": "Error: no signatures found",
+    "verify-attestation": "Error: no matching attestations: \n",
+}
+OTHER_KEY = {
+    "verify": "Error: no matching signatures: invalid signature when validating ASN.1 encoded signature",
+    "verify-attestation": (
+        "Error: no matching attestations: accepted signatures do not match threshold, Found: 0, Expected 1"
+    ),
+}
 COMMAND_TIMEOUT = 900  # the publish builds the image
 OWNERSHIP = "gpu-labeller.io/owned-labels"  # the writer's record on the Node
+RELEASED = ROOT / ".cache" / "release"  # release.sh's OUT where the docs set none: OUT/VERSION/
 
 
 def shell_block(name: str) -> Block:
@@ -67,47 +103,66 @@ def shell_block(name: str) -> Block:
     return block
 
 
-def substitute(command: list[str], host: str, ca: Path, version: str) -> list[str]:
-    """What the reader puts in: the registry's address, the release's version, the CA file's path."""
+def substitute(command: list[str], host: str, ca: Path, version: str, keys: Path) -> list[str]:
+    """What the reader puts in: the registry's address, the release's version, the CA file's path, the key
+    pair's paths (in ``keys``)."""
     out = []
     for arg in command:
         arg = arg.replace(REGISTRY, host).replace(VERSION, version)
-        if arg == CA or arg.endswith(f"={CA}"):
-            arg = arg[: -len(CA)] + str(ca)
+        for name, path in ((CA, ca), *((key, keys / key) for key in KEY_FILES)):
+            if arg == name or arg.endswith(f"={name}"):
+                arg = arg[: -len(name)] + str(path)
         out.append(arg)
     return out
 
 
 @dataclass
 class Walk:
-    """A shell in the checkout, as root, with KUBECONFIG set and kubectl and helm on its PATH; what it ran."""
+    """A shell in the checkout, as root, with KUBECONFIG and COSIGN_PASSWORD set and kubectl, helm, cosign
+    and cyclonedx-py on its PATH; what it ran. ``keys`` is where the key pair is made and kept."""
 
     cluster: NodeCluster
     registry: Registry
     home: Path
+    keys: Path
     transcript: list[str] = field(default_factory=list)
 
-    def run(self, command: list[str], version: str) -> subprocess.CompletedProcess[str]:
-        argv = substitute(command, self.registry.host, self.registry.ca, version)
+    def __post_init__(self) -> None:
+        self.bin = self.home / "bin"
+        self.bin.mkdir(parents=True, exist_ok=True)
+        self.keys.mkdir(parents=True, exist_ok=True)
+        for name, path in SIGNING_TOOLS.items():
+            if not os.access(path, os.X_OK):
+                raise AssertionError(
+                    f"{path} is missing: run scripts/install-tools.sh (and scripts/test.sh's venv)"
+                )
+            (self.bin / name).unlink(missing_ok=True)
+            (self.bin / name).symlink_to(path)
+
+    def run(
+        self, command: list[str], version: str, *, cwd: Path = ROOT, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        argv = substitute(command, self.registry.host, self.registry.ca, version, self.keys)
         assignments = [arg for arg in argv[: next(i for i, a in enumerate(argv) if "=" not in a)]]
         program, *args = argv[len(assignments) :]
         program = {"kubectl": str(KUBECTL), "helm": str(TOOLS.helm(HELM))}.get(program, program)
         env = {
-            "PATH": f"{TOOLS.bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "PATH": f"{self.bin}:{TOOLS.bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
             "HOME": str(self.home),
             "KUBECONFIG": str(self.cluster.admin_kubeconfig),
+            "COSIGN_PASSWORD": PASSWORD,
             **{f"HELM_{kind}_HOME": str(self.home / kind.lower()) for kind in ("CACHE", "CONFIG", "DATA")},
             **dict(assignment.split("=", 1) for assignment in assignments),
         }
         began = time.monotonic()
         done = subprocess.run(
-            [program, *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=COMMAND_TIMEOUT
+            [program, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=COMMAND_TIMEOUT
         )
         self.transcript.append(
             f"$ {shlex.join(argv)}   # {time.monotonic() - began:.1f} s, exit {done.returncode}\n"
             f"{done.stdout}{done.stderr}"
         )
-        if done.returncode != 0:
+        if check and done.returncode != 0:
             # What the pods say (an image that cannot be pulled, and why) is what a reader would look at.
             raise AssertionError(
                 f"`{shlex.join(argv)}` exited {done.returncode}:\n{done.stdout[-3000:]}\n"
@@ -115,9 +170,14 @@ class Walk:
             )
         return done
 
-    def block(self, name: str, version: str) -> dict[str, subprocess.CompletedProcess[str]]:
+    def block(
+        self, name: str, version: str, *, cwd: Path = ROOT, check: bool = True
+    ) -> dict[str, subprocess.CompletedProcess[str]]:
         """Every command of the docs' block ``name``, in order, by its line in the docs."""
-        return {shlex.join(command): self.run(command, version) for command in shell_block(name).commands}
+        return {
+            shlex.join(command): self.run(command, version, cwd=cwd, check=check)
+            for command in shell_block(name).commands
+        }
 
 
 def hosts_toml(directory: Path) -> str:
@@ -140,10 +200,28 @@ def images_in_containerd(cluster: NodeCluster, host: str) -> list[str]:
     return [ref for ref in listed.stdout.split() if ref.startswith(f"{host}/")]
 
 
+def attestations(said: str) -> list[dict[str, Any]]:
+    """The in-toto statements `cosign verify-attestation` printed, one DSSE envelope a line."""
+    envelopes = [json.loads(line) for line in said.splitlines() if line.strip()]
+    return [json.loads(base64.b64decode(envelope["payload"])) for envelope in envelopes]
+
+
+def signed_digests(said: str) -> set[str]:
+    """The digests whose signatures `cosign verify` verified (it prints their payloads as one JSON list)."""
+    payloads = [p for line in said.splitlines() if line.strip() for p in json.loads(line)]
+    return {p["critical"]["image"]["docker-manifest-digest"] for p in payloads}
+
+
+def verb(command: str) -> str:
+    """verify or verify-attestation: which of cosign's checks a command of the docs' block is."""
+    return shlex.split(command)[1]
+
+
 @dataclass
 class Rehearsal:
     walk: Walk
     digests: dict[str, str] = field(default_factory=dict)
+    chart_digests: dict[str, str] = field(default_factory=dict)
     installed: str = ""  # the version helm was last asked to install or upgrade to
     labels_before: dict[str, str] = field(default_factory=dict)  # the Node's, before the first command
     keys: set[str] = field(default_factory=set)
@@ -151,17 +229,48 @@ class Rehearsal:
     timings: dict[str, float] = field(default_factory=dict)
 
     def publish(self, version: str) -> str:
+        """The docs' release-publish, then release-verify as a user runs it; the image's digest."""
         began = time.monotonic()
         said = self.walk.block("release-publish", version)
         self.timings[f"publish {version}"] = time.monotonic() - began
         (log,) = [done.stderr for done in said.values()]
-        # The workflow's signing steps ran and, without cosign and syft, said what they did not do.
-        for step, tool in (("sbom", "syft"), ("sign-image", "cosign"), ("sign-chart", "cosign")):
-            assert f"release: {step}: skipped, {tool} is not installed" in log, log[-3000:]
+        assert "skipped" not in log, log[-3000:]  # every step of the workflow's ran, signing included
+        assert "lists the Python environment" in log, log[-3000:]  # the SBOM is cyclonedx-py's here
         found = re.search(rf"release: image: pushed \S+:{re.escape(version)}@(sha256:[0-9a-f]{{64}})", log)
         assert found, log[-3000:]
         self.digests[version] = found.group(1)
+        chart = re.search(
+            rf"release: push-chart: pushed \S+:{re.escape(version)}@(sha256:[0-9a-f]{{64}})", log
+        )
+        assert chart, log[-3000:]
+        self.chart_digests[version] = chart.group(1)
+        began = time.monotonic()
+        self.verify(version)
+        self.timings[f"verify {version}"] = time.monotonic() - began
         return found.group(1)
+
+    def verify(self, version: str) -> None:
+        """The docs' release-verify: each check passes on what release.sh pushed, and says so."""
+        image, chart = self.digests[version], self.chart_digests[version]
+        said = self.walk.block("release-verify", version)
+        checked: dict[str, Any] = {}
+        for command, done in said.items():
+            if verb(command) == "verify":
+                checked[shlex.split(command)[-1].rsplit(":", 1)[0]] = signed_digests(done.stdout)
+            else:
+                (statement,) = attestations(done.stdout)
+                assert [s["digest"] for s in statement["subject"]] == [
+                    {"sha256": image.removeprefix("sha256:")}
+                ]
+                checked[statement["predicateType"]] = statement["predicate"]
+        assert checked.pop(f"{REGISTRY}/{REPOSITORY}") == {image}
+        assert checked.pop(f"{REGISTRY}/gpu-labeller/charts/gpu-labeller") == {chart}
+        provenance = checked.pop("https://slsa.dev/provenance/v1")
+        assert provenance["buildDefinition"]["externalParameters"]["version"] == version, provenance
+        sbom = checked.pop("https://cyclonedx.org/bom")
+        listed = {c["name"] for c in sbom["components"]}
+        assert {"gpu-labeller", "kubernetes", "PyYAML", "msgspec"} <= listed, listed
+        assert checked == {}, checked
 
 
 @pytest.fixture(scope="module")
@@ -174,8 +283,14 @@ def rehearsal(real_node: NodeCluster, tmp_path_factory: pytest.TempPathFactory) 
     prepare_gpu_node(cluster)
     with Registry(cluster) as registry:
         tmp = tmp_path_factory.mktemp("release-rehearsal")
-        state = Rehearsal(Walk(cluster, registry, tmp / "home"), labels_before=cluster.labels(cluster.node))
+        walk = Walk(cluster, registry, tmp / "home", tmp / "keys")
+        state = Rehearsal(walk, labels_before=cluster.labels(cluster.node))
         try:
+            # Keyless signing needs Fulcio and Rekor, which cannot be reached from here: the maintainer's key,
+            # generated as the docs say, signs instead.
+            said = walk.block("release-key", "", cwd=walk.keys)
+            assert all((walk.keys / key).is_file() for key in KEY_FILES), said
+            print("\nrelease rehearsal: signing with a key generated here (keyless needs Fulcio and Rekor)")
             yield state
         finally:
             try:
@@ -235,14 +350,40 @@ def test_every_line_of_the_release_blocks_is_a_command_the_rehearsal_runs() -> N
     """Offline: the docs' release blocks hold only commands the rehearsal runs, with only the placeholders
     it substitutes; no insecure option is among them; the node's containerd reads hosts.toml where the docs
     say a node's does."""
-    for name in ("release-publish", "release-install", "release-upgrade"):
+    for name in ("release-key", "release-publish", "release-verify", "release-install", "release-upgrade"):
         for command in shell_block(name).commands:
-            left = [a for a in substitute(command, "127.0.0.1:5000", Path("/ca/ca.crt"), "1.2.3")]
+            left = substitute(command, "127.0.0.1:5000", Path("/ca/ca.crt"), "1.2.3", Path("/keys"))
             left = [a for a in left if PLACEHOLDERS.search(a)]
             assert left == [], f"{shlex.join(command)}: placeholders nobody substitutes: {left}"
-            assert not any(re.search(r"insecure|plain-http|skip-verify", a) for a in command), command
+            insecure = [a for a in command if re.search(r"insecure|plain-http|skip-verify|allow-http", a)]
+            assert insecure == [], command
+    assert shell_block("release-key").commands == [["cosign", "generate-key-pair"]]
     (publish,) = shell_block("release-publish").commands
     assert "scripts/release.sh" in publish and "PLATFORMS=linux/amd64" in publish, publish
+    assert "COSIGN_KEY=cosign.key" in publish and "REGISTRY_CA=ca.crt" in publish, publish
+    # What a user verifies: both signatures and both attestations release.sh makes, with the key, trusting
+    # the registry's CA, and not looking for the transparency log key-signed releases are not in.
+    checks = set()
+    for command in shell_block("release-verify").commands:
+        assert command[:2] in (["cosign", "verify"], ["cosign", "verify-attestation"]), command
+        for option, value in (("--key", "cosign.pub"), ("--registry-cacert", CA)):
+            assert command[command.index(option) + 1] == value, command
+        assert "--private-infrastructure" in command, command
+        kind = command[command.index("--type") + 1] if "--type" in command else "signature"
+        checks.add((kind, command[-1]))
+    image, chart = (
+        f"{REGISTRY}/{REPOSITORY}:{VERSION}",
+        f"{REGISTRY}/gpu-labeller/charts/gpu-labeller:{VERSION}",
+    )
+    assert checks == {
+        ("signature", image), ("slsaprovenance1", image), ("cyclonedx", image), ("signature", chart)
+    }, checks  # fmt: skip
+    script = (ROOT / "scripts" / "release.sh").read_text()
+    assert '"provenance.json slsaprovenance1" "cdx.json cyclonedx"' in script  # the types it attests
+    # A failed check's messages are the docs', each explained.
+    text = DEPLOY.read_text()
+    for message in (*UNSIGNED.values(), *OTHER_KEY.values()):
+        assert f"`{message.strip()}`" in text, message
     # The steps the workflow runs, signing included, in its order.
     steps = publish[publish.index("scripts/release.sh") + 1 :]
     assert steps == ["image", "provenance", "sbom", "sign-image", "package", "push-chart", "sign-chart"], (
@@ -336,3 +477,69 @@ def test_the_next_release_is_pulled_the_same_way_and_no_label_flaps(rehearsal: R
     assert len(history.states) >= 2, "the watch saw no change at all"
     rehearsal.timings["release and upgrade"] = time.monotonic() - began
     print("\nrelease rehearsal: " + ", ".join(f"{k} {v:.0f} s" for k, v in rehearsal.timings.items()))
+
+
+def push_changed_chart(walk: Walk, version: str, tmp: Path) -> str:
+    """The released chart of ``version`` with its image swapped for someone else's, pushed again under the
+    same version, as someone who may push could; its digest."""
+    with tarfile.open(RELEASED / version / f"gpu-labeller-{version}.tgz") as packaged:
+        packaged.extractall(tmp / "changed", filter="data")
+    values = tmp / "changed" / "gpu-labeller" / "values.yaml"
+    swapped = f"  repository: {walk.registry.host}/someone-else/gpu-labeller"
+    text, n = re.subn(r"^  repository: .*$", swapped, values.read_text(), count=1, flags=re.M)
+    assert n == 1, values.read_text()
+    values.write_text(text)
+    walk.run(["helm", "package", str(values.parent), "--destination", str(tmp)], version)
+    charts = f"oci://{walk.registry.host}/gpu-labeller/charts"
+    packaged_again = tmp / f"gpu-labeller-{version}.tgz"
+    said = walk.run(
+        ["helm", "push", str(packaged_again), charts, "--ca-file", str(walk.registry.ca)], version
+    )
+    found = re.search(r"^Digest: (sha256:[0-9a-f]{64})", said.stdout + said.stderr, re.M)
+    assert found, said.stdout + said.stderr
+    return found.group(1)
+
+
+def test_a_release_changed_after_signing_or_signed_with_another_key_fails_verification(
+    rehearsal: Rehearsal, tmp_path: Path
+) -> None:
+    """The previous release, signed and verified when it was published (and no longer installed): its image
+    tag moved to a changed manifest list, its chart pushed again, changed, under the same version. The docs'
+    release-verify then fails on every check as a user sees it; once someone else's key has signed and
+    attested the changed ones, it fails with the other message."""
+    assert PREVIOUS in rehearsal.chart_digests, "the install test did not get this far"
+    walk = rehearsal.walk
+    registry = walk.registry
+    began = time.monotonic()
+    changed = {"org.opencontainers.image.description": "changed after signing"}
+    image = registry.change_manifest(REPOSITORY, PREVIOUS, changed)
+    assert image != rehearsal.digests[PREVIOUS]
+    chart = push_changed_chart(walk, PREVIOUS, tmp_path)
+    assert chart != rehearsal.chart_digests[PREVIOUS]
+
+    def failures() -> dict[str, str]:
+        said = walk.block("release-verify", PREVIOUS, check=False)
+        for command, done in said.items():
+            assert done.returncode != 0, f"`{command}` passed after the change:\n{done.stdout}{done.stderr}"
+        return {command: done.stderr for command, done in said.items()}
+
+    for command, stderr in failures().items():
+        assert UNSIGNED[verb(command)] in stderr, (command, stderr)
+
+    # Someone else's key, generated the same way, signs both and attests the image as release.sh does.
+    other = tmp_path / "other"
+    other.mkdir()
+    walk.run(["cosign", "generate-key-pair"], PREVIOUS, cwd=other)
+    key, ca = str(other / "cosign.key"), str(registry.ca)
+    signing = ["--yes", "--key", key, "--tlog-upload=false", "--registry-cacert", ca]
+    ref = f"{registry.host}/{REPOSITORY}@{image}"
+    walk.run(["cosign", "sign", *signing, ref], PREVIOUS)
+    for kind, suffix in (("slsaprovenance1", "provenance.json"), ("cyclonedx", "cdx.json")):
+        predicate = RELEASED / PREVIOUS / f"gpu-labeller-{PREVIOUS}.{suffix}"
+        walk.run(["cosign", "attest", *signing, "--type", kind, "--predicate", str(predicate), ref], PREVIOUS)
+    walk.run(
+        ["cosign", "sign", *signing, f"{registry.host}/gpu-labeller/charts/gpu-labeller@{chart}"], PREVIOUS
+    )
+    for command, stderr in failures().items():
+        assert OTHER_KEY[verb(command)] in stderr, (command, stderr)
+    print(f"\nrelease rehearsal: tampering caught in {time.monotonic() - began:.0f} s")
