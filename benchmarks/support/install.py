@@ -22,6 +22,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from benchmarks.support.paths import ROOT
 
@@ -123,11 +124,39 @@ def install(python: str | None = None) -> Installed:
     with open(CACHE / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two runs at once build once
         if (target / COMPLETE).exists():
+            _hold(target)
             return Installed(target, version, key, reused=True)
         for stale in CACHE.glob("py*"):
-            shutil.rmtree(stale, ignore_errors=True)
+            if _unused(stale):  # another run still starting writers from it keeps it
+                shutil.rmtree(stale, ignore_errors=True)
         _build(python, files, target)
+        _hold(target)
     return Installed(target, version, key, reused=False)
+
+
+IN_USE = ".in-use"  # each run holds a shared lock on it while it may start programs from the install
+_held: list[IO[str]] = []
+
+
+def _hold(target: Path) -> None:
+    """Mark ``target`` in use until this process ends (the lock goes with it)."""
+    handle = open(target / IN_USE, "a")  # noqa: SIM115 - held for the process's lifetime
+    fcntl.flock(handle, fcntl.LOCK_SH)
+    _held.append(handle)
+
+
+def _unused(install: Path) -> bool:
+    """Whether no running benchmark holds ``install`` (a run of an older tree may still be going)."""
+    try:
+        handle = open(install / IN_USE, "a")  # noqa: SIM115 - closed below
+    except OSError:
+        return True
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
 
 
 def _run(argv: list[str | Path], what: str) -> None:
