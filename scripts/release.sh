@@ -147,6 +147,8 @@ step_image() {
   local digest
   digest=$(cat "$OUT/pushed.digest")
   rm -f "$OUT/pushed.digest"
+  # buildah 1.28 exits 0 having pushed nothing when a list's image lost its manifest in the storage.
+  [[ $digest =~ ^sha256:[0-9a-f]{64}$ ]] || die "image: buildah pushed nothing to $IMAGE:$VERSION (no digest)"
   result image-digest "$digest"
   log "image: pushed $IMAGE:$VERSION@$digest"
 }
@@ -210,11 +212,13 @@ step_sbom() {
 sbom_of_python_environment() {
   local digest=$1 sbom=$2
   [ "$(id -u)" = 0 ] || die "sbom: cyclonedx-py reads the image's files, which buildah mounts as root only (or install syft)"
+  # A storage of its own, gone with WORK: pulled into the release's, the image (the same one the image step
+  # built) would take the registry's manifest in place of its own, and the local list could not be pushed.
+  local store=(buildah --storage-driver vfs --root "$WORK/sbom/storage" --runroot "$WORK/sbom/run")
   local tls ctr mnt sites
   mapfile -t tls < <(buildah_tls)
-  ctr=$(buildah_release from --quiet --pull=always "${tls[@]}" "docker://$IMAGE@$digest") \
-    || die "sbom: pulling $IMAGE@$digest failed"
-  mnt=$(buildah_release mount "$ctr")
+  ctr=$("${store[@]}" from --quiet "${tls[@]}" "docker://$IMAGE@$digest") || die "sbom: pulling $IMAGE@$digest failed"
+  mnt=$("${store[@]}" mount "$ctr")
   sites=("$mnt"/opt/gpu-labeller/lib/python3*/site-packages)
   [ ${#sites[@]} = 1 ] && [ -d "${sites[0]}" ] || die "sbom: $IMAGE@$digest has no /opt/gpu-labeller/lib/python3*/site-packages"
   # cyclonedx-py asks an interpreter for its sys.path and reads the distributions found there; the image's
@@ -224,7 +228,7 @@ sbom_of_python_environment() {
   chmod +x "$WORK/image-python"
   cyclonedx-py environment --output-reproducible --output-file "$sbom" "$WORK/image-python" \
     || die "sbom: cyclonedx-py failed"
-  buildah_release rm "$ctr" >/dev/null
+  "${store[@]}" rm "$ctr" >/dev/null
   log "sbom: $sbom lists the Python environment of $IMAGE@$digest (cyclonedx-py; no syft here)"
 }
 
