@@ -99,7 +99,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--writers", type=int, dest="fleet_writers", help="real writers per side (fleet-scale; 300)"
     )
-    parser.add_argument("--fleet-steady", type=float, help="seconds of steady state (fleet-scale; 600)")
+    parser.add_argument("--fleet-steady", type=float, help="seconds of steady state (fleet-scale; 300)")
+    parser.add_argument("--fleet-churn", type=float, help="seconds of 1%%/minute churn (fleet-scale; 180)")
     return parser.parse_args(argv)
 
 
@@ -108,7 +109,15 @@ def settings(args: argparse.Namespace) -> Settings:
     if args.runs:
         s.runs = s.daemon_runs = s.start_runs = s.policy_runs = args.runs
     options = ("passes", "changes", "nodes", "scale_runs", "steady_window", "flood_files", "kopf_python")
-    for name in (*options, "policy", "policy_patches", "fleet_nodes", "fleet_writers", "fleet_steady"):
+    for name in (
+        *options,
+        "policy",
+        "policy_patches",
+        "fleet_nodes",
+        "fleet_writers",
+        "fleet_steady",
+        "fleet_churn",
+    ):
         if getattr(args, name) is not None:
             setattr(s, name, getattr(args, name))
     return s

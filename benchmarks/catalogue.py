@@ -54,7 +54,8 @@ class Settings:
     policy: Path | None = None  # the admission policy file measured (default: rbac/'s)
     fleet_nodes: int = 1000  # fleet-scale: Nodes kept Ready by kwok
     fleet_writers: int = 300  # fleet-scale: real writers per side
-    fleet_steady: float = 600.0  # fleet-scale: seconds of steady state
+    fleet_steady: float = 300.0  # fleet-scale: seconds of steady state
+    fleet_churn: float = 180.0  # fleet-scale: seconds of 1%/minute churn
 
 
 QUICK = Settings(
@@ -76,6 +77,7 @@ QUICK = Settings(
     fleet_nodes=60,
     fleet_writers=10,
     fleet_steady=20.0,
+    fleet_churn=60.0,
 )
 
 
@@ -182,7 +184,11 @@ def fleet_scale_piece(x: Context) -> list[Figure]:
 
     s = x.settings
     return fleet_scale.figures(
-        x.installed, nodes=s.fleet_nodes, writers=s.fleet_writers, steady=s.fleet_steady
+        x.installed,
+        nodes=s.fleet_nodes,
+        writers=s.fleet_writers,
+        steady=s.fleet_steady,
+        churn=s.fleet_churn,
     )
 
 

@@ -18,12 +18,19 @@ one going first swapping every round (``--rounds``):
   of the master's (the master's requests in the window / the writers). The server's CPU, its API Priority
   and Fairness figures (``apiserver_flowcontrol_*``: the writers' service accounts share the
   ``workload-low`` priority level) and its PATCH latency on Nodes, from its /metrics, over the same window.
-- steady state: nothing changing, the next ``--steady-window`` seconds (600 s by default: about two
-  periods of nfd-lite's admission self-check, which runs at the first sync pass 300 s after the last, and
-  ten of nfd-worker's 60 s rescan; a window of one period would miss the checks of the writers that
-  started last): requests per 1,000 Nodes per hour, writes, the busiest second (a herd shows there), the
-  server's CPU and its memory with the side's writers running. Before the first round, 60 s of the fleet
-  alone give the server's own background, which every figure of the server includes.
+- steady state: nothing changing, the next ``--steady-window`` seconds (300 s by default: five of
+  nfd-worker's 60 s rescans; nfd-lite's repeated admission self-check is shared out over the fleet, each
+  writer about every 300 s x the Nodes, at most daily): requests per 1,000 Nodes per hour, writes, the
+  busiest second (a herd shows there), the server's CPU and its memory with the side's writers running.
+  Before the first round, 60 s of the fleet alone give the server's own background, which every figure of
+  the server includes.
+- churn (``--churn-window``): one label changed on 1% of the side's Nodes a minute, each Node once:
+  requests and writes per 1,000 Nodes per hour, and each change's time from its file to its Node.
+- a rolling restart: every writer of the side stopped and started again 10% at a time, each wave once the
+  last is up, as a DaemonSet's update does (NFD: its nfd-master restarted first): time, requests and
+  writes per writer, labels removed.
+- kube-apiserver killed and started again, then a label changed on every Node of the side: until the last
+  Node has it, requests per writer, the busiest second, failures, labels removed.
 
 Every label removed by either side's writes (their bodies are in the audit log) is counted too. The
 figures are one run's; on 2 cores the rollout is CPU-bound (N interpreters, or N Go programs, starting at
@@ -35,6 +42,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import random
 import shutil
 import statistics
 import sys
@@ -85,6 +93,13 @@ LABEL_TIMEOUT = 1200.0
 SIDES = ("lite", "nfd")
 USERS = {"lite": {LITE_USER}, "nfd": {WORKER_USER, MASTER_USER}}
 PRIORITY = "workload-low"  # where API Priority and Fairness puts service accounts' requests
+CHURN_KEY = "nvidia.com/gpu.fleet-churn"  # the label the churn changes, on 1% of the Nodes a minute
+CHURN_SHARE, CHURN_PERIOD = 0.01, 60.0
+RESTART_KEY = "nvidia.com/gpu.fleet-restart"  # changed on every Node right after the API server restarts
+WAVE = 0.1  # a rolling restart replaces this share of the writers at a time (maxUnavailable: 10%)
+# A restarted writer is up once it made the last request of its start: our watch; nfd-worker's read of its
+# NodeFeature (it rewrites it only when it changed).
+STARTED = {"lite": ("watch", "nodes"), "nfd": ("get", "nodefeatures")}
 
 
 def _text(labels: dict[str, str]) -> str:
@@ -153,6 +168,7 @@ class Run:
         self.audit = AuditLog(kube.audit_log)
         self.watch = LabelWatch(kube, fleet.name)
         self.free = list(fleet.nodes[1:])  # nodes[0] is the master's
+        self.changed: dict[str, dict[str, str]] = {}  # node -> labels the phases added to its GPU file
         self.master = fleet.start_master(fleet.nodes[0])
         self.master.wait_healthy(300)
 
@@ -171,7 +187,120 @@ class Run:
         env = self.installed.env({**os.environ}) | nfd_lite_env(node)
         return self.fleet.prepare_lite(node, argv, env, uid=self.fleet.uid())
 
-    def round(self, side: str, writers: int, steady: float) -> dict[str, float | str]:
+    def _change(self, side: str, node: str, key: str, value: str) -> tuple[str, str, str, float]:
+        """Rewrite the node's GPU label file (gfd's source.d for ours, features.d for nfd-worker) with
+        ``key`` set, keeping every earlier change (a key left out would be a label removed); returns the
+        change and when it was written."""
+        self.changed.setdefault(node, {})[key] = value
+        directory = self.workdir / "files" / node / ("source.d" if side == "lite" else "features.d")
+        features(directory, _text(PROFILE | self.changed[node]))
+        return node, key, value, time.time()
+
+    def _landed(self, changes: list[tuple[str, str, str, float]], timeout: float) -> list[float]:
+        """Seconds from each (node, key, value, written at) to the watch seeing it; waits for them all."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self.watch.cond:
+                seen = [self.watch.seen.get((node, key, value)) for node, key, value, _ in changes]
+                if None not in seen:
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"{seen.count(None)} of {len(changes)} changes never reached their Node"
+                    )
+                self.watch.cond.wait(1.0)
+        return [float(t) - at for t, (_, _, _, at) in zip(seen, changes, strict=True)]
+
+    def churn(self, side: str, nodes: list[str], window: float) -> dict[str, float | str]:
+        """One label changed on 1% of the Nodes every minute (each Node once), for ``window`` seconds:
+        the side's requests and writes over it, and how long each change took to reach its Node."""
+        users, per_round = USERS[side], max(1, round(len(nodes) * CHURN_SHARE))
+        order = random.Random(len(nodes)).sample(nodes, len(nodes))
+        began, changes = time.time(), []
+        rounds = max(1, int(window // CHURN_PERIOD))
+        for i in range(rounds):
+            time.sleep(max(0.0, began + i * CHURN_PERIOD - time.time()))
+            for node in order[i * per_round : (i + 1) * per_round]:
+                changes.append(self._change(side, node, CHURN_KEY, f"c{i}"))
+        end = began + rounds * CHURN_PERIOD
+        time.sleep(max(0.0, end - time.time()))
+        latency = self._landed(changes, 300)
+        requests = self.audit.between(began, end, users)
+        per_hour = 1000 / len(nodes) * 3600 / (end - began)
+        return {
+            "churn_per_1000_hour": len(requests) * per_hour,
+            "churn_writes_per_1000_hour": sum(r.write for r in requests) * per_hour,
+            "churn_latency_s": statistics.median(latency),
+            "churn_latency_max_s": max(latency),
+        }
+
+    def api_restart(self, side: str, nodes: list[str]) -> dict[str, float | str]:
+        """kube-apiserver killed and started again, then a label changed on every Node of the side: how
+        long until every Node has it, how the writers came back (requests per writer, the busiest
+        second), and whether any label was removed."""
+        users = USERS[side]
+        killed = time.time()
+        self.kube.restart_apiserver()
+        back = time.time()
+        changes = [self._change(side, node, RESTART_KEY, "after") for node in nodes]
+        latency = self._landed(changes, LABEL_TIMEOUT)
+        done = max(at + seconds for (_, _, _, at), seconds in zip(changes, latency, strict=True))
+        time.sleep(SETTLE)
+        window = self.audit.between(killed, done + SETTLE, users)
+        return {
+            "restart_down_s": back - killed,
+            "restart_change_s": done - back,
+            "restart_requests": len(window) / len(nodes),
+            "restart_busiest": _busiest_second(window),
+            "restart_failed": sum(1 for r in window if r.code >= 500 or r.code == 429),
+            "restart_removed": sum(1 for r in window if r.removed),
+        }
+
+    def rolling_restart(
+        self, side: str, nodes: list[str], processes: list[LoggedProcess]
+    ) -> dict[str, float | str]:
+        """Every writer of the side restarted as a DaemonSet rolls out a new version, 10% at a time, each
+        wave once the last is up (NFD: its nfd-master restarted first, as its Deployment's update does):
+        time, requests and writes per writer, labels removed."""
+        users, (verb, resource) = USERS[side], STARTED[side]
+        began = time.time()
+        if side == "nfd":
+            self.master.stop()
+            self.master.start()
+            self.master.wait_healthy(300)
+        wave = max(1, math.ceil(len(processes) * WAVE))
+        pairs = list(zip(nodes, processes, strict=True))
+        for i in range(0, len(pairs), wave):
+            batch = pairs[i : i + wave]
+            self.fleet.stop_writers(p for _, p in batch)
+            started = time.time()
+            for _, process in batch:
+                process.start()
+            deadline = time.monotonic() + 300
+            while True:
+                up = {
+                    r.node
+                    for r in self.audit.between(started, users=users)
+                    if (r.verb, r.resource) == (verb, resource)
+                }
+                if all(node in up for node, _ in batch):
+                    break
+                if ended := next((p for _, p in batch if not p.running()), None):
+                    raise RuntimeError(f"{side}: a restarted writer exited (log {ended.log})")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{side}: a wave of restarted writers did not come up in 300 s")
+                time.sleep(0.5)
+        done = time.time()
+        time.sleep(SETTLE)
+        window = self.audit.between(began, done + SETTLE, users)
+        return {
+            "rolling_s": done - began,
+            "rolling_requests": len(window) / len(nodes),
+            "rolling_writes": sum(r.write for r in window) / len(nodes),
+            "rolling_removed": sum(1 for r in window if r.removed),
+        }
+
+    def round(self, side: str, writers: int, steady: float, churn: float) -> dict[str, float | str]:
         nodes = self.take(writers)
         processes = [self.prepare(side, node) for node in nodes]  # tokens issued first: all start at once
         users = USERS[side]
@@ -196,6 +325,9 @@ class Run:
             time.sleep(steady)
             after_steady = Server.read(self.kube)
             writer_rss = [process_usage(p.pid)[2] for p in processes]
+            faults = self.churn(side, nodes, churn) if churn > 0 else {}
+            faults |= self.rolling_restart(side, nodes, processes)
+            faults |= self.api_restart(side, nodes)
         finally:
             self.fleet.stop_writers(processes)
         rollout = self.audit.between(started - 1, done + SETTLE, users)
@@ -232,6 +364,7 @@ class Run:
             "removed": len(removed),
             "rollout_kinds": _kinds([r for r in rollout if r.user != MASTER_USER], writers),
             "steady_kinds": _kinds(window, writers),
+            **faults,
         }
 
 
@@ -240,7 +373,8 @@ def figures(
     *,
     nodes: int = 1000,
     writers: int = 300,
-    steady: float = 600.0,
+    steady: float = 300.0,
+    churn: float = 180.0,
     rounds: int = 1,
     lease_seconds: int = 40,
 ) -> list[Figure]:
@@ -276,7 +410,7 @@ def figures(
                     for i in range(rounds):
                         for side in SIDES if i % 2 == 0 else SIDES[::-1]:
                             print(f"fleet-scale: round {i + 1}, {side}, {writers} writers", file=sys.stderr)
-                            results[side].append(run.round(side, writers, steady))
+                            results[side].append(run.round(side, writers, steady, churn))
                     not_ready = len(fleet.not_ready())
                     etcd_mib = etcd_db_bytes(kube) / 2**20
                     server = Server.read(kube)
@@ -334,7 +468,21 @@ def figures(
         ("steady_busiest", "steady state: busiest second", "req/s", 0),
         ("steady_server_cpu_pct", "steady state: kube-apiserver CPU (the whole fleet's)", "%", 1),
         ("server_rss_mib", "steady state: kube-apiserver RSS with the side's writers running", "MiB", 0),
-        ("removed", "labels removed by the side's writes (audit log)", "", 0),
+        ("churn_per_1000_hour", "churn, 1% of Nodes a minute: requests per 1,000 Nodes per hour", "", 0),
+        ("churn_writes_per_1000_hour", "churn: writes per 1,000 Nodes per hour", "", 0),
+        ("churn_latency_s", "churn: time from a file changed to its Node labelled, median", "s", 2),
+        ("churn_latency_max_s", "churn: the same, the longest", "s", 2),
+        ("rolling_s", "every writer restarted, 10% at a time (NFD: and nfd-master): time", "s", 0),
+        ("rolling_requests", "the same: requests per writer", "", 1),
+        ("rolling_writes", "the same: writes per writer", "", 2),
+        ("rolling_removed", "the same: labels removed", "", 0),
+        ("restart_down_s", "kube-apiserver killed and restarted: seconds until it answered", "s", 1),
+        ("restart_change_s", "the same: a change made then on every Node, until the last has it", "s", 1),
+        ("restart_requests", "the same: requests per writer from the kill to the last change", "", 1),
+        ("restart_busiest", "the same: busiest second of the side's requests", "req/s", 0),
+        ("restart_failed", "the same: requests failed (5xx, 429)", "", 0),
+        ("restart_removed", "the same: labels removed", "", 0),
+        ("removed", "labels removed by the side's writes over the whole round (audit log)", "", 0),
     ]
     return [
         Figure(
@@ -355,7 +503,8 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("--nodes", type=int, default=1000, help="Nodes in the fleet (default 1000)")
     parser.add_argument("--writers", type=int, default=300, help="real writers per side (default 300)")
-    parser.add_argument("--steady-window", type=float, default=600.0, help="seconds of steady state (600)")
+    parser.add_argument("--steady-window", type=float, default=300.0, help="seconds of steady state (300)")
+    parser.add_argument("--churn-window", type=float, default=180.0, help="seconds of 1%%/minute churn (180)")
     parser.add_argument("--rounds", type=int, default=1, help="rounds of each side, alternating (1)")
     parser.add_argument("--lease-seconds", type=int, default=40, help="the Nodes' Lease duration (40)")
     args = parser.parse_args(argv)
@@ -366,6 +515,7 @@ def main(argv: list[str] | None = None) -> int:
         nodes=args.nodes,
         writers=args.writers,
         steady=args.steady_window,
+        churn=args.churn_window,
         rounds=args.rounds,
         lease_seconds=args.lease_seconds,
     )
