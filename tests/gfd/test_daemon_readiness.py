@@ -23,7 +23,7 @@ from gfd.metrics import PrometheusMetrics
 from gfd.readiness import NO_NVML_DEVICE, of_inventory
 from gfd.writer import read_feature_file
 from tests.fakes.fake_nvml import install_fake_nvml
-from tests.gfd.test_cli import free_port
+from tests.ports import low_port
 from tests.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -214,7 +214,7 @@ def test_the_daemon_process_serves_readyz_on_its_metrics_address(tmp_path: Path)
     """The whole command as the chart runs it: a mock node whose profile gains a GPU while it runs."""
     profile = tmp_path / "node.yaml"
     profile.write_text('machine: Test Box\ndriver_version: "550.54.15"\ndevices: []\n')
-    out, port = tmp_path / "gfd", free_port()
+    out, port = tmp_path / "gfd", low_port()  # an ephemeral port could be taken before gfd binds it
     command = [
         sys.executable,
         "-m",
@@ -224,17 +224,24 @@ def test_the_daemon_process_serves_readyz_on_its_metrics_address(tmp_path: Path)
         f"--output-file={out}",
     ]
     flags = ["--sleep-interval=100ms", f"--metrics-address=127.0.0.1:{port}", "--fail-on-init-error=false"]
+    no_gpu = (503, "not ok: no GPU found: the mock backend reports no devices\n")
     proc = subprocess.Popen([*command, *flags], stderr=subprocess.PIPE, text=True)
     try:
-        assert eventually(lambda: readyz_or_none(port) is not None and out.exists(), timeout=30)
-        assert readyz(port) == (503, "not ok: no GPU found: the mock backend reports no devices\n")
+        # The pass writes the file (and syncs its directory) before it records its verdict: wait for both.
+        assert eventually(lambda: readyz_or_none(port) == no_gpu and out.exists(), timeout=60)
+        # Rewritten in place, as an editor or `>` would: gfd must not read it empty or half-written.
         profile.write_text((ROOT / "tests" / "gfd" / "profiles_cli" / "one-t4.yaml").read_text())
-        assert eventually(lambda: readyz_or_none(port) == (200, "ok\n"), timeout=30)
+        assert eventually(lambda: readyz_or_none(port) == (200, "ok\n"), timeout=60)
         found = read_feature_file(out)
         assert found is not None and found[0]["nvidia.com/gpu.count"] == "1"
     finally:
         proc.terminate()
-        _, err = proc.communicate(timeout=30)
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # leave no process behind
+            proc.communicate()
+            raise
     assert proc.returncode == 0
     said = [line for line in err.splitlines() if "GPU" in line]
     assert said == [
