@@ -24,6 +24,7 @@ from tests.fakes.nvml_wire import ERROR_GPU_IS_LOST, ERROR_UNKNOWN
 ROOT = Path(__file__).resolve().parents[3]
 MP = pytest.MonkeyPatch
 GPU3 = "0000:37:00.0"  # where profiles/dgx-a100-mig.yaml puts GPU 3
+THREAD_END_S = 30.0  # ample for the event thread's last wait (1 s) to end on a loaded machine
 
 
 def dgx() -> MachineProfile:
@@ -244,6 +245,19 @@ def _watching(monkeypatch: MP, tmp_path: Path) -> tuple[FakeNvml, NvmlBackend, t
     return fake, backend, woken
 
 
+def _closed(backend: NvmlBackend) -> None:
+    """Close ``backend`` and wait for its event thread to end. close() waits 2 s for it, which a loaded
+    machine can miss; a thread left running frees its event set and closes its NVML session when its wait
+    ends, through the bindings, which by then call the next test's fake: whose first event set has the
+    same handle, so that test's Xids were never reported (``woken`` stayed unset)."""
+    watch = backend._watch
+    backend.close()
+    thread = watch._thread if watch is not None else None
+    if thread is not None:
+        thread.join(THREAD_END_S)
+        assert not thread.is_alive(), f"the Xid event thread still runs {THREAD_END_S:g} s after close()"
+
+
 def test_a_fatal_xid_marks_its_gpu_until_it_was_reset(monkeypatch: MP, tmp_path: Path) -> None:
     fake, backend, woken = _watching(monkeypatch, tmp_path)
     try:
@@ -259,7 +273,7 @@ def test_a_fatal_xid_marks_its_gpu_until_it_was_reset(monkeypatch: MP, tmp_path:
         fake.heal(3)  # ...and it answers again
         assert failures(backend.probe()) == [] and len(backend.probe().devices) == 8
     finally:
-        backend.close()
+        _closed(backend)
     assert fake.init_count == 0
 
 
@@ -279,7 +293,7 @@ def test_a_reset_clears_the_mark_where_the_bus_cannot_be_read(monkeypatch: MP, t
         fake.heal(3)
         assert failures(backend.probe()) == []
     finally:
-        backend.close()
+        _closed(backend)
 
 
 @pytest.mark.parametrize("xid", sorted(APPLICATION_XIDS))
@@ -291,7 +305,7 @@ def test_an_application_xid_leaves_the_gpu_healthy(monkeypatch: MP, tmp_path: Pa
         assert woken.wait(5)
         assert failures(backend.probe()) == [(4, "0000:47:00.0", "Xid 79", "hardware")]
     finally:
-        backend.close()
+        _closed(backend)
 
 
 @pytest.mark.parametrize(("xid", "layer"), [(74, "fabric"), (119, "driver"), (79, "hardware")])
@@ -302,7 +316,7 @@ def test_an_xid_names_its_layer(monkeypatch: MP, tmp_path: Path, xid: int, layer
         assert woken.wait(5)
         assert failures(backend.probe()) == [(0, "0000:07:00.0", f"Xid {xid}", layer)]
     finally:
-        backend.close()
+        _closed(backend)
 
 
 def test_without_event_sets_the_passes_alone_decide(monkeypatch: MP, tmp_path: Path) -> None:
@@ -314,7 +328,7 @@ def test_without_event_sets_the_passes_alone_decide(monkeypatch: MP, tmp_path: P
         fake.break_gpu(1, GpuFault(ERROR_GPU_IS_LOST))
         assert failures(backend.probe()) == [(1, "0000:17:00.0", "NVML_ERROR_GPU_IS_LOST", "hardware")]
     finally:
-        backend.close()
+        _closed(backend)
     assert fake.init_count == 0
 
 
