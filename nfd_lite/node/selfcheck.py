@@ -99,14 +99,13 @@ def expected_policy() -> str:
 
 @dataclass(frozen=True)
 class Context:
-    """What every probe starts from: the writer's own Node as read once, and the admitted probe label."""
+    """What every probe starts from: the writer's own Node as last seen, the probe label, another Node."""
 
     api: NodeApi
     own: Mapping[str, Any]
     own_labels: Mapping[str, str]
     allowed: str  # a label key this writer may set, absent from its Node
-    said: set[str]  # skipped probes already logged (once per writer, not at every periodic check)
-    nodes: list[int]  # the cluster's Nodes as the other Node's list counted them ([] until listed)
+    other: Mapping[str, Any] | None  # another Node to probe (None: none could be listed)
 
 
 @dataclass(frozen=True)
@@ -130,7 +129,7 @@ class Probe:
 
 
 def _probe_other_node(ctx: Context) -> Sent | None:
-    other = _other_node(ctx.api, ctx.said, ctx.nodes)
+    other = ctx.other
     if other is None:
         return None
     name = str(other["metadata"]["name"])
@@ -206,7 +205,8 @@ def check_policy(
     own_labels = _labels(own)
     allowed = _absent(prefix + PROBE_NAME, own_labels)
 
-    ctx = Context(api, own, own_labels, allowed, set() if said is None else said, [])
+    other, nodes = _other_node(api, set() if said is None else said)
+    ctx = Context(api, own, own_labels, allowed, other)
     findings: list[tuple[str, str]] = []
     elsewhere: list[tuple[str, str]] = []  # refused by our policy, but naming another rule
     for probe in probes:
@@ -221,7 +221,7 @@ def check_policy(
         findings += elsewhere
     if findings:
         raise PolicyNotEnforced(name, findings)
-    return ctx.nodes[0] if ctx.nodes else None
+    return nodes
 
 
 class AdmissionCheck:
@@ -281,13 +281,15 @@ class AdmissionCheck:
         if self._next is not None:
             self._next = self._clock() + seconds
 
-    def run_when_due(self, own: Mapping[str, Any] | None = None) -> None:
-        """Check if due, probing ``own`` (this writer's Node as last seen; default: read it)."""
+    def run_when_due(self, own: Callable[[], Mapping[str, Any]] | None = None) -> None:
+        """Check if due, probing the Node ``own`` returns (this writer's as last seen; default: read it),
+        asked only then."""
         if self._next is not None and self._clock() < self._next:
             return
         first = self._next is None
         try:
-            nodes = check_policy(self.api, self.policy, self.name, said=self._said, own=own)
+            node = own() if own is not None else None
+            nodes = check_policy(self.api, self.policy, self.name, said=self._said, own=node)
         except PolicyNotEnforced as err:
             if first:
                 raise
@@ -356,9 +358,10 @@ def _unless_refused(expected: str, probe: Probe, sent: Sent) -> tuple[bool, str]
     return False, f"{probe.prop} are not refused: {sent.what} was admitted"
 
 
-def _other_node(api: NodeApi, said: set[str], nodes: list[int]) -> dict[str, Any] | None:
+def _other_node(api: NodeApi, said: set[str]) -> tuple[dict[str, Any] | None, int | None]:
     """A Node to probe other than this one, or None (logged once per ``said``: that property is not
-    checked, and why). Appends the cluster's Node count to ``nodes`` where the list said it."""
+    checked, and why); and the cluster's Nodes as the list counted them (None where it was refused)."""
+    count: int | None = None
     try:
         other, count = api.other_node()
     except Forbidden as err:
@@ -366,9 +369,8 @@ def _other_node(api: NodeApi, said: set[str], nodes: list[int]) -> dict[str, Any
             raise
         kind, reason = "forbidden", f"this token may not list Nodes ({err.message})"
     else:
-        nodes.append(count)
         if other is not None:
-            return other
+            return other, count
         kind, reason = "alone", "there is no other Node (a one-node cluster)"
     if kind not in said:
         said.add(kind)
@@ -377,7 +379,7 @@ def _other_node(api: NodeApi, said: set[str], nodes: list[int]) -> dict[str, Any
             OTHER_NODES,
             reason,
         )
-    return None
+    return None, count
 
 
 def _labels(node: Mapping[str, Any]) -> dict[str, str]:

@@ -179,10 +179,10 @@ class NodeSync:
         if self.outage.take_long_one():
             self.admission.due_now()
         if not self.admission.passed_once:
-            self.admission.run_when_due(self._newest_node().obj)
+            self.admission.run_when_due(lambda: self._newest_node().obj)
             return
         try:
-            self.admission.run_when_due(self._newest_node().obj)
+            self.admission.run_when_due(lambda: self._newest_node().obj)
         except ApiError as err:
             self.metrics.api_errors.labels(err.code).inc()
             self.outage.failed(err)
