@@ -115,15 +115,18 @@ class ControlPlane:
         *,
         controllers: tuple[str, ...] = (),
         audit_rules: tuple[dict[str, Any], ...] = (),
+        profiling: bool = False,
     ) -> None:
         """``controllers``: kube-controller-manager controllers to run besides the policy status one (a
         fleet runs node-lifecycle-controller, which marks a Node whose Lease is not renewed NotReady).
         ``audit_rules``: audit policy rules matched before the catch-all Metadata rule (a Request level
-        for the writes whose bodies a test reads, None for a fleet's heartbeats)."""
+        for the writes whose bodies a test reads, None for a fleet's heartbeats). ``profiling``: the
+        server's /debug/pprof (its default; off unless a benchmark reads the server's heap)."""
         self.workdir = workdir
         self.binaries = binaries
         self.controllers = ("validatingadmissionpolicy-status-controller", *controllers)
         self.audit_rules = audit_rules
+        self.profiling = profiling
         self.admin_token = "admin-" + os.urandom(16).hex()
         self.port = 0
         self.etcd_port = 0
@@ -237,7 +240,7 @@ class ControlPlane:
                 f"--audit-policy-file={self._audit_policy()}",
                 f"--audit-log-path={self.audit_log}",
                 "--audit-log-mode=blocking",  # an event is on disk before the response: counts are exact
-                "--profiling=false",
+                f"--profiling={str(self.profiling).lower()}",
                 "--v=1",
             ],
         )

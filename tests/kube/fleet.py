@@ -457,6 +457,7 @@ class Request:
     code: int
     at: float  # when the server received it, epoch seconds
     removed: tuple[str, ...]  # label keys the write removed (only where the audit level is Request)
+    uri: str = ""  # the request's path and query
 
     @property
     def write(self) -> bool:
@@ -498,6 +499,7 @@ def _request(event: dict[str, Any]) -> Request:
         code=int((event.get("responseStatus") or {}).get("code") or 0),
         at=_timestamp(event["requestReceivedTimestamp"]),
         removed=removed_labels(event.get("requestObject")),
+        uri=event["requestURI"],
     )
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.support.chart import nfd_lite_args, nfd_lite_env
+from benchmarks.support.watches import Watches, calibrate
 from tests.kube.controlplane import ControlPlane
 from tests.kube.fixtures import apply_rbac
 from tests.kube.fleet import (
@@ -149,6 +150,31 @@ def test_steady_state_makes_no_request_from_our_writers(running: Running) -> Non
     time.sleep(end - time.time() + 2)  # the audit log has everything received before ``end``
     window = running.audit.between(begin, end, [LITE_USER])
     assert [(r.verb, r.resource, r.node) for r in window if r.verb != "watch"] == []
+
+
+def test_the_benchmarks_simulated_watches_ask_what_every_writer_asks(running: Running) -> None:
+    """fleet-scale's server memory per watch comes from simulated own-Node watches: each must be the
+    request a real writer makes (but for its Node and resourceVersion), and the server must hold it open."""
+    writers = [r for r in running.audit.read() if r.user == LITE_USER and r.verb == "watch"]
+    assert {r.node for r in writers} == set(running.lite.nodes)
+    for request in writers:
+        calibrate(request.uri)
+    nodes = running.nfd.nodes  # Nodes no writer of ours watches
+    rv = running.kube.request("GET", "/api/v1/nodes?limit=1").json()["metadata"]["resourceVersion"]
+    opened = time.time()
+    with Watches(running.kube) as watches:
+        watches.open(nodes, rv, timeout=60)
+        assert watches.count == len(nodes)
+
+        def simulated() -> list[str]:
+            found = running.audit.between(opened - 1, users=["admin"])
+            return sorted(r.uri for r in found if r.verb == "watch" and "metadata.name" in r.uri)
+
+        assert eventually(lambda: len(simulated()) == len(nodes), timeout=30, interval=0.5), simulated()
+        for uri in simulated():
+            calibrate(uri)
+        time.sleep(2)
+        assert watches.ended == 0
 
 
 def test_after_compaction_and_an_api_server_restart_every_node_keeps_its_labels_and_none_is_removed(
