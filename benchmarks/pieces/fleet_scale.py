@@ -40,6 +40,7 @@ once beside the server), which the requests per writer are not.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import random
@@ -55,6 +56,7 @@ from pathlib import Path
 from benchmarks.support.chart import nfd_lite_args, nfd_lite_env
 from benchmarks.support.install import Installed, install
 from benchmarks.support.measure import Figure, markdown
+from benchmarks.support.watches import calibrate, per_thousand, watch_cost
 from tests.kube.controlplane import ControlPlane
 from tests.kube.fixtures import apply_rbac
 from tests.kube.fleet import (
@@ -96,6 +98,8 @@ PRIORITY = "workload-low"  # where API Priority and Fairness puts service accoun
 CHURN_KEY = "nvidia.com/gpu.fleet-churn"  # the label the churn changes, on 1% of the Nodes a minute
 CHURN_SHARE, CHURN_PERIOD = 0.01, 60.0
 RESTART_KEY = "nvidia.com/gpu.fleet-restart"  # changed on every Node right after the API server restarts
+MIN_START = 10  # fewer fresh Nodes left than this for the rolling start: it is left out
+MAX_WATCHES = 5000  # simulated watches, one per Node, at most
 WAVE = 0.1  # a rolling restart replaces this share of the writers at a time (maxUnavailable: 10%)
 # A restarted writer is up once it made the last request of its start: our watch; nfd-worker's read of its
 # NodeFeature (it rewrites it only when it changed).
@@ -300,6 +304,49 @@ class Run:
             "rolling_removed": sum(1 for r in window if r.removed),
         }
 
+    def _labelled(self, side: str, nodes: list[str], processes: list[LoggedProcess]) -> list[float]:
+        """Waits until every one of ``nodes`` carries both files' labels; when each first did."""
+        deadline = time.monotonic() + LABEL_TIMEOUT
+        while self.watch.count_with(nodes, WANT) < len(nodes):
+            if ended := next((p for p in processes if not p.running()), None):
+                raise RuntimeError(f"{side}: a writer exited (log {ended.log})")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{side} x{len(nodes)}: not every Node labelled in {LABEL_TIMEOUT:.0f} s")
+            with self.watch.cond:
+                self.watch.cond.wait(1.0)
+        return [self.watch.labelled_at(node, WANT) or time.time() for node in nodes]
+
+    def rolling_start(self, side: str, count: int) -> dict[str, float | str]:
+        """The side started on ``count`` fresh Nodes 10% at a time, each wave once the last wave's Nodes
+        are labelled (a DaemonSet rolled out over Nodes new to it with ``maxUnavailable: 10%``, or Nodes
+        joining a few dozen at a time): no wave competes with another for the CPU, so each wave's time is
+        a start's time on a machine that is not starved. Time, each wave's, requests per writer."""
+        nodes = self.take(count)
+        processes = [self.prepare(side, node) for node in nodes]
+        users, wave = USERS[side], max(1, math.ceil(count * WAVE))
+        waves: list[float] = []
+        began = time.time()
+        try:
+            for i in range(0, count, wave):
+                started = self.fleet.start_writers(processes[i : i + wave])
+                waves.append(
+                    max(self._labelled(side, nodes[i : i + wave], processes[i : i + wave])) - started
+                )
+            done = time.time()
+            time.sleep(SETTLE)
+        finally:
+            self.fleet.stop_writers(processes)
+        window = self.audit.between(began - 1, done + SETTLE, users)
+        per_writer = Counter(r.node for r in window if r.user != MASTER_USER)
+        master_share = sum(1 for r in window if r.user == MASTER_USER) / count
+        return {
+            "start_s": done - began,
+            "start_wave_s": statistics.median(waves),
+            "start_wave_max_s": max(waves),
+            "start_requests": statistics.median([per_writer[n] for n in nodes]) + master_share,
+            "start_removed": sum(1 for r in window if r.removed),
+        }
+
     def round(self, side: str, writers: int, steady: float, churn: float) -> dict[str, float | str]:
         nodes = self.take(writers)
         processes = [self.prepare(side, node) for node in nodes]  # tokens issued first: all start at once
@@ -308,15 +355,7 @@ class Run:
         master_cpu = process_usage(self.master.pid)[0]
         started = self.fleet.start_writers(processes)
         try:
-            deadline = time.monotonic() + LABEL_TIMEOUT
-            while self.watch.count_with(nodes, WANT) < writers:
-                if ended := next((p for p in processes if not p.running()), None):
-                    raise RuntimeError(f"{side}: a writer exited (log {ended.log})")
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{side} x{writers}: not every Node labelled in {LABEL_TIMEOUT:.0f} s")
-                with self.watch.cond:
-                    self.watch.cond.wait(1.0)
-            labelled = [self.watch.labelled_at(node, WANT) or time.time() for node in nodes]
+            labelled = self._labelled(side, nodes, processes)
             done = max(labelled)
             time.sleep(SETTLE)
             after_rollout = Server.read(self.kube)
@@ -378,6 +417,8 @@ def figures(
     rounds: int = 1,
     lease_seconds: int = 40,
 ) -> list[Figure]:
+    # The rolling start's fresh Nodes, per side: what the rounds leave, up to as many as the rounds had.
+    starting = min(writers, (nodes - 1 - 2 * rounds * writers) // 2)
     if 2 * rounds * writers + 1 > nodes:
         raise ValueError(
             f"fleet-scale: --nodes {nodes} is too few for {rounds} round(s) of {writers} writers per side "
@@ -393,7 +434,10 @@ def figures(
     results: dict[str, list[dict[str, float | str]]] = {side: [] for side in SIDES}
     try:
         plane = ControlPlane(
-            workdir / "kube", controllers=("node-lifecycle-controller",), audit_rules=LABEL_WRITES_AUDIT
+            workdir / "kube",
+            controllers=("node-lifecycle-controller",),
+            audit_rules=LABEL_WRITES_AUDIT,
+            profiling=True,  # the simulated watches' cost is read from the heap right after a collection
         )
         with plane as kube:
             apply_rbac(kube)
@@ -411,6 +455,18 @@ def figures(
                         for side in SIDES if i % 2 == 0 else SIDES[::-1]:
                             print(f"fleet-scale: round {i + 1}, {side}, {writers} writers", file=sys.stderr)
                             results[side].append(run.round(side, writers, steady, churn))
+                    for side in SIDES if starting >= MIN_START else ():
+                        print(f"fleet-scale: {side}, rolling start of {starting} writers", file=sys.stderr)
+                        results[side][-1] |= run.rolling_start(side, starting)
+                    # The server's cost per watch, from simulated ones (after a real writer's is checked to be
+                    # the same request), one per Node, with every writer stopped.
+                    calibrate(
+                        next(r.uri for r in run.audit.read() if r.user == LITE_USER and r.verb == "watch")
+                    )
+                    print(
+                        f"fleet-scale: simulated watches on {min(nodes, MAX_WATCHES)} Nodes", file=sys.stderr
+                    )
+                    held = watch_cost(kube, fleet.nodes[:MAX_WATCHES])
                     not_ready = len(fleet.not_ready())
                     etcd_mib = etcd_db_bytes(kube) / 2**20
                     server = Server.read(kube)
@@ -421,7 +477,16 @@ def figures(
         print(f"fleet-scale: logs kept in {workdir}", file=sys.stderr)
         raise
     shutil.rmtree(workdir, ignore_errors=True)
+    # Every figure as measured, before any is formatted: a run of an hour is not lost to a table's mistake.
+    print(
+        f"fleet-scale: measured: {json.dumps({'sides': results, 'held': [vars(r) for r in held]})}",
+        file=sys.stderr,
+    )
     ours, theirs = results["lite"], results["nfd"]
+    live, goroutines, rss = per_thousand(held)
+    readings = "; ".join(
+        f"{r.watches:,}: {r.live_mib:.0f} MiB, {r.goroutines:,.0f}, {r.rss_mib:.0f} MiB" for r in held
+    )
     span = alone.at - quiet.at
     alone_cpu = 100 * (alone.cpu_s - quiet.cpu_s) / span
     kwok_rate = quiet.delta(alone, "apiserver_flowcontrol_dispatched_requests_total", flow_schema=KWOK_USER)
@@ -447,7 +512,8 @@ def figures(
         f"NFD {last_theirs['steady_kinds'] or 'none'}. kube-apiserver RSS with the fleet alone before each "
         f"round: {idle_rss} MiB (one reading of a Go heap, which its collector moves by hundreds of MiB). "
         f"At the end: {not_ready} Nodes not Ready, etcd's database {etcd_mib:.0f} MiB, kube-apiserver RSS "
-        f"{server.rss_mib:.0f} MiB."
+        f"{server.rss_mib:.0f} MiB. Simulated watches (watches: live heap and stacks, goroutines, RSS): "
+        f"{readings}."
     )
     rows = [  # key, what, unit, digits
         ("time_s", "rollout, all started at once: time until every Node is labelled", "s", 1),
@@ -484,7 +550,20 @@ def figures(
         ("restart_removed", "the same: labels removed", "", 0),
         ("removed", "labels removed by the side's writes over the whole round (audit log)", "", 0),
     ]
-    return [
+    if starting >= MIN_START:
+        rows += [
+            (
+                "start_s",
+                f"rolling start on {starting} fresh Nodes, 10% at a time: time until all labelled",
+                "s",
+                0,
+            ),
+            ("start_wave_s", "the same: one wave's time until its Nodes are labelled, median", "s", 1),
+            ("start_wave_max_s", "the same: the slowest wave", "s", 1),
+            ("start_requests", "the same: requests per writer (median)", "", 1),
+            ("start_removed", "the same: labels removed", "", 0),
+        ]
+    got = [
         Figure(
             "nfd",
             f"{nodes:,}-Node fleet, {writers} writers: {what}",
@@ -494,7 +573,17 @@ def figures(
             digits=digits,
             note=note if i == 0 else "",
         )
-        for i, (key, what, unit, digits) in enumerate(rows)
+        for i, (key, what, unit, digits) in enumerate(row for row in rows if row[0] in last_ours)
+    ]
+    # NFD holds no watch per Node (its workers poll), so these are ours alone.
+    per_watch = f"{nodes:,}-Node fleet, up to {held[-1].watches:,} simulated own-Node watches"
+    return [
+        *got,
+        Figure("nfd", f"{per_watch}: kube-apiserver live heap and stacks per 1,000 watches", "MiB", [live]),
+        Figure(
+            "nfd", f"{per_watch}: kube-apiserver goroutines per 1,000 watches", "", [goroutines], digits=0
+        ),
+        Figure("nfd", f"{per_watch}: kube-apiserver RSS per 1,000 watches", "MiB", [rss]),
     ]
 
 
