@@ -32,6 +32,13 @@ one going first swapping every round (``--rounds``):
 - kube-apiserver killed and started again, then a label changed on every Node of the side: until the last
   Node has it, requests per writer, the busiest second, failures, labels removed.
 
+After the rounds, on the Nodes they left, each side's *rolling start*: as many writers as a round had, on
+fresh Nodes, started 10% at a time, each wave once the last wave's Nodes are labelled (a DaemonSet rolled
+out with ``maxUnavailable: 10%``): time, each wave's time, requests per writer. Then, every writer stopped,
+the server's cost per own-Node watch: simulated watches (benchmarks/support/watches.py, each the request a
+real writer made, checked against its audit-log record) on up to 5,000 Nodes, none, half, then all open,
+and the server's live heap and goroutine stacks right after forced collections, its goroutines and RSS.
+
 Every label removed by either side's writes (their bodies are in the audit log) is counted too. The
 figures are one run's; on 2 cores the rollout is CPU-bound (N interpreters, or N Go programs, starting at
 once beside the server), which the requests per writer are not.
