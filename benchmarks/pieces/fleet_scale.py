@@ -158,6 +158,14 @@ def _patch_ms(before: Server, after: Server, dry_run: str) -> tuple[float, float
     return mean, math.inf
 
 
+def _requests_per_writer(window: list[Request], nodes: list[str]) -> tuple[list[float], float]:
+    """Each of ``nodes``' writer's requests in ``window`` (by the Node its pod-bound token names) plus its
+    share of nfd-master's, and that share (0 for ours, which has no master)."""
+    per_node = Counter(r.node for r in window if r.user != MASTER_USER)
+    master_share = sum(1 for r in window if r.user == MASTER_USER) / len(nodes)
+    return [per_node[n] + master_share for n in nodes], master_share
+
+
 def _busiest_second(requests: list[Request]) -> int:
     return max(Counter(math.floor(r.at) for r in requests).values(), default=0)
 
@@ -314,13 +322,11 @@ class Run:
     def _labelled(self, side: str, nodes: list[str], processes: list[LoggedProcess]) -> list[float]:
         """Waits until every one of ``nodes`` carries both files' labels; when each first did."""
         deadline = time.monotonic() + LABEL_TIMEOUT
-        while self.watch.count_with(nodes, WANT) < len(nodes):
+        while self.watch.wait(nodes, WANT, 1.0):  # a second at a time: a writer that exited ends the wait
             if ended := next((p for p in processes if not p.running()), None):
                 raise RuntimeError(f"{side}: a writer exited (log {ended.log})")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{side} x{len(nodes)}: not every Node labelled in {LABEL_TIMEOUT:.0f} s")
-            with self.watch.cond:
-                self.watch.cond.wait(1.0)
         return [self.watch.labelled_at(node, WANT) or time.time() for node in nodes]
 
     def rolling_start(self, side: str, count: int) -> dict[str, float | str]:
@@ -344,13 +350,11 @@ class Run:
         finally:
             self.fleet.stop_writers(processes)
         window = self.audit.between(began - 1, done + SETTLE, users)
-        per_writer = Counter(r.node for r in window if r.user != MASTER_USER)
-        master_share = sum(1 for r in window if r.user == MASTER_USER) / count
         return {
             "start_s": done - began,
             "start_wave_s": statistics.median(waves),
             "start_wave_max_s": max(waves),
-            "start_requests": statistics.median([per_writer[n] for n in nodes]) + master_share,
+            "start_requests": statistics.median(_requests_per_writer(window, nodes)[0]),
             "start_removed": sum(1 for r in window if r.removed),
         }
 
@@ -378,15 +382,14 @@ class Run:
             self.fleet.stop_writers(processes)
         rollout = self.audit.between(started - 1, done + SETTLE, users)
         window = self.audit.between(steady_from, steady_from + steady, users)
-        per_writer = Counter(r.node for r in rollout if r.user != MASTER_USER)
-        master_share = sum(1 for r in rollout if r.user == MASTER_USER) / writers
+        per_writer, master_share = _requests_per_writer(rollout, nodes)
         removed = [r for r in self.audit.between(started - 1, time.time(), users) if r.removed]
         hours = steady / 3600
         return {
             "time_s": done - started,
             "p50_s": statistics.median(labelled) - started,
-            "requests": statistics.median([per_writer[n] for n in nodes]) + master_share,
-            "requests_max": max(per_writer[n] for n in nodes) + master_share,
+            "requests": statistics.median(per_writer),
+            "requests_max": max(per_writer),
             "master_share": master_share,
             "busiest": _busiest_second(rollout),
             "wait_ms": _wait_ms(idle, after_rollout),
